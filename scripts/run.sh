@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the demo service in the foreground: uvicorn, a Celery worker and Celery beat. Ctrl-C stops all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PORT=${PORT:-8000}
+export DEBUG=${DEBUG:-1}
+export TJWATER_MCP_ENABLED=${TJWATER_MCP_ENABLED:-1}
+export TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1}
+export TJWATER_MCP_RESOURCE_URI=${TJWATER_MCP_RESOURCE_URI:-http://127.0.0.1:$PORT/mcp}
+mkdir -p var
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+.venv/bin/celery -A tjwater worker --loglevel=INFO --concurrency=2 & pids+=($!)
+.venv/bin/celery -A tjwater beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
+.venv/bin/uvicorn tjwater.asgi:application --host 127.0.0.1 --port "$PORT" --lifespan on & pids+=($!)
+
+cat <<MSG
+
+  tjwater-mcp is starting on http://127.0.0.1:$PORT
+    health:  curl http://127.0.0.1:$PORT/healthz
+    MCP:     http://127.0.0.1:$PORT/mcp
+    token:   .venv/bin/python manage.py mcp_token --sub alice --client tjwater-agent-mcp --scope "mcp.catalog.read mcp.query mcp.context.bind"
+  Ctrl-C stops the server, the worker and beat.
+
+MSG
+wait -n "${pids[@]}"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Idempotent setup for a fresh Debian 12 machine (as root) or this one: system packages, services,
+# the virtualenv, the database with PostGIS, and migrations. Used by `make run` and `make test`.
+#   SETUP_DB_NAME   database to create and migrate (default tjwater)
+#   SETUP_SKIP_DEMO set to 1 to skip loading demo data
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+say() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+PYTHON=${PYTHON:-python3}
+DB_NAME=${SETUP_DB_NAME:-tjwater}
+PG_VERSION=15
+APT_UPDATED=0
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || die "installing $1 needs root (run as root, or install it yourself: apt-get install -y $1)"
+}
+apt_install() {
+  need_root "$*"
+  if [[ $APT_UPDATED -eq 0 ]]; then
+    say "apt-get update"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    APT_UPDATED=1
+  fi
+  say "installing system packages: $*"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# --- PostgreSQL + PostGIS ------------------------------------------------------------------------
+if ! command -v pg_lsclusters >/dev/null 2>&1; then
+  apt_install postgresql-$PG_VERSION
+fi
+if ! have_pkg postgresql-$PG_VERSION-postgis-3; then
+  apt_install postgresql-$PG_VERSION-postgis-3
+fi
+if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
+  say "starting PostgreSQL"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 0.5; done
+  pg_isready -h 127.0.0.1 -p 5432 -q || die "PostgreSQL did not start on 127.0.0.1:5432"
+fi
+
+# --- Redis ---------------------------------------------------------------------------------------
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server
+fi
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  say "starting Redis"
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  for _ in $(seq 1 20); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.25; done
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || die "Redis did not start on 127.0.0.1:6379"
+fi
+
+# --- Python virtualenv ---------------------------------------------------------------------------
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+REQ_HASH=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
+if [[ ! -f .venv/.req-$REQ_HASH ]]; then
+  say "installing Python requirements"
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+  rm -f .venv/.req-* && touch ".venv/.req-$REQ_HASH"
+fi
+
+# --- Node tools (conformance suite, OpenID provider) when the project has them -------------------
+if [[ -f devtools/package.json ]]; then
+  LOCK_HASH=$(sha256sum devtools/package-lock.json | cut -c1-16)
+  if [[ ! -f devtools/node_modules/.lock-$LOCK_HASH ]]; then
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "installing Node tools (devtools/)"
+    (cd devtools && npm ci --no-audit --no-fund --loglevel=error)
+    touch "devtools/node_modules/.lock-$LOCK_HASH"
+  fi
+fi
+
+# --- Local demo configuration --------------------------------------------------------------------
+if [[ ! -f .env ]]; then
+  say "writing .env for a local demo run (DEBUG, MCP endpoint and dev issuer on; see .env.example)"
+  cat > .env <<'ENV'
+# Local demo configuration written by scripts/setup.sh. Not for production: see .env.example.
+DEBUG=1
+TJWATER_MCP_ENABLED=1
+TJWATER_DEV_ISSUER=1
+ENV
+fi
+
+# --- Database ------------------------------------------------------------------------------------
+psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+if [[ -z $(psql_admin -d postgres -c "SELECT 1 FROM pg_database WHERE datname='$DB_NAME'") ]]; then
+  say "creating database $DB_NAME"
+  psql_admin -d postgres -c "CREATE DATABASE \"$DB_NAME\""
+fi
+psql_admin -d "$DB_NAME" -c "CREATE EXTENSION IF NOT EXISTS postgis"
+
+export DATABASE_URL=${DATABASE_URL:-postgis://postgres@127.0.0.1:5432/$DB_NAME}
+say "migrating $DB_NAME"
+.venv/bin/python manage.py migrate --noinput -v 0
+
+if [[ ${SETUP_SKIP_DEMO:-0} != 1 ]] && .venv/bin/python manage.py help seed_demo >/dev/null 2>&1; then
+  say "loading demo data if the database has none"
+  .venv/bin/python manage.py seed_demo --if-empty
+fi
+say "ready"

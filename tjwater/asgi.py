@@ -1,0 +1,58 @@
+"""ASGI entry point (``tjwater.asgi:application``), served by uvicorn.
+
+One application composes two sides:
+- exactly ``/mcp`` and ``/.well-known/oauth-protected-resource/mcp`` go to ``mcp_app``;
+- everything else goes to Django.
+It also answers the ASGI ``lifespan`` protocol itself, because Django's ASGIHandler rejects lifespan
+scopes (SDK_NOTES "Server") and the MCP side needs start-up and shutdown hooks.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tjwater.settings")
+
+django_application = get_asgi_application()
+
+# Import after Django is set up: mcp_app reads settings and models.
+from mcp_app.asgi import MCP_PATHS, McpEndpoint  # noqa: E402
+
+Scope = dict[str, Any]
+
+
+class Application:
+    """Route by exact path and own the lifespan of the MCP endpoint."""
+
+    def __init__(self) -> None:
+        self.mcp = McpEndpoint()
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] == "http" and scope.get("path") in MCP_PATHS:
+            await self.mcp(scope, receive, send)
+            return
+        await django_application(scope, receive, send)
+
+    async def _lifespan(self, receive: Any, send: Any) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.mcp.startup()
+                except Exception as exc:  # noqa: BLE001 - reported to the server, which refuses to start
+                    await send({"type": "lifespan.startup.failed", "message": type(exc).__name__})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.mcp.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+application = Application()

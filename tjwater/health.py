@@ -1,0 +1,78 @@
+"""Readiness checks (SPEC §10): database and Redis, each bounded so /healthz never hangs.
+
+Each check opens its own short-lived connection with a connect timeout instead of borrowing from the
+Django pool: a pool waits for its own timeout when the database is down, and a health probe must answer
+within about three seconds whatever is broken.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import psycopg
+import redis
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+
+logger = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_S = 2.0
+
+
+def check_database() -> None:
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=db.get("HOST") or None,
+        port=db.get("PORT") or None,
+        dbname=db["NAME"],
+        user=db.get("USER") or None,
+        password=db.get("PASSWORD") or None,
+        connect_timeout=int(CHECK_TIMEOUT_S),
+        options=f"-c statement_timeout={int(CHECK_TIMEOUT_S * 1000)}",
+    ) as conn:
+        conn.execute("SELECT 1").fetchone()
+
+
+def check_redis() -> None:
+    client = redis.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=CHECK_TIMEOUT_S, socket_timeout=CHECK_TIMEOUT_S
+    )
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+CHECKS = {"database": check_database, "redis": check_redis}
+
+_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="healthz")
+
+
+def run_checks() -> dict[str, str]:
+    """Run every check concurrently; each answers "ok" or "unavailable" within the deadline."""
+    futures = {name: _executor.submit(fn) for name, fn in CHECKS.items()}
+    results: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            future.result(timeout=CHECK_TIMEOUT_S + 0.5)
+        except FutureTimeout:
+            logger.warning("health check timed out check=%s", name)
+            results[name] = "unavailable"
+        except Exception as exc:  # noqa: BLE001 - any failure of a dependency means "not ready"
+            logger.warning("health check failed check=%s error_class=%s", name, type(exc).__name__)
+            results[name] = "unavailable"
+        else:
+            results[name] = "ok"
+    return results
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """``GET /healthz`` → 200 when every dependency answers, else 503 naming the failing ones."""
+    checks = run_checks()
+    failing = sorted(name for name, state in checks.items() if state != "ok")
+    body: dict[str, object] = {"status": "ok" if not failing else "unavailable", "checks": checks}
+    if failing:
+        body["failing"] = failing
+    return JsonResponse(body, status=200 if not failing else 503)
