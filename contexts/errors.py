@@ -112,3 +112,11 @@ class CapabilityGap(ApplicationError):
 
     code = "CAPABILITY_NOT_SUPPORTED"
     default_message = "This capability is not supported by this server."
+
+
+class ToolNotInContext(PermissionDenied):
+    """The tool is not in the binding's allowed tools (R-TOOL-1: the MCP layer answers it as an unknown
+    tool, so a caller never learns that a tool exists outside its context)."""
+
+    code = "TOOL_NOT_IN_CONTEXT"
+    default_message = "This tool is not available in this context."

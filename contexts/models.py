@@ -1,14 +1,17 @@
 """Who may see what: projects, principals, memberships and investigation tasks (SPEC §1 "contexts").
 
-Query contexts (the context handle binding) live here too once the context issue lands; everything a
+Query contexts (the context handle bindings) and their audit trail live here too; everything a
 call is allowed to touch is derived from these rows *at call time*, never cached from a token.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 
 class Permission(models.TextChoices):
@@ -157,3 +160,114 @@ class TaskReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id} r{self.revision}"
+
+
+class ContextPurpose(models.TextChoices):
+    """Why a context exists (SPEC R-CTX-1): it decides which tools it may carry and which run it binds."""
+
+    ORDINARY_CHAT = "ordinary_chat", "Ordinary project chat"
+    TASK_EXECUTION = "task_execution", "Investigation run (main agent)"
+    TASK_READER = "task_reader", "Read-only sub-agent of a run"
+
+
+TASK_PURPOSES = frozenset({ContextPurpose.TASK_EXECUTION.value, ContextPurpose.TASK_READER.value})
+
+
+class QueryContextQuerySet(models.QuerySet["QueryContext"]):
+    def active(self, now: datetime) -> QueryContextQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now)
+
+    def expired(self, now: datetime) -> QueryContextQuerySet:
+        return self.filter(revoked_at__isnull=True, expires_at__lte=now)
+
+    def revoked(self) -> QueryContextQuerySet:
+        return self.filter(revoked_at__isnull=False)
+
+
+class QueryContext(models.Model):
+    """A context handle's server-side binding (SPEC R-CTX-2): who (principal + client), where (project,
+    through the membership that allowed it), why (purpose, task/run/execution request, parent session)
+    and which tools, until when. Only the SHA-256 of the handle is stored, so a database dump cannot be
+    replayed; the handle itself is shown once, in the create response. Every call re-checks this row
+    against the live membership and run (R-CTX-3), so revoking it here stops every server process on its
+    next call."""
+
+    handle_hash = models.CharField(max_length=64, unique=True, editable=False)
+    principal = models.ForeignKey(Principal, on_delete=models.CASCADE, related_name="query_contexts")
+    client_id = models.CharField(max_length=255)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="query_contexts")
+    # The membership that granted the binding: the per-call check reads its live permissions and
+    # revocation in the same query as the binding.
+    membership = models.ForeignKey(Membership, on_delete=models.CASCADE, related_name="query_contexts")
+    session_id = models.CharField(max_length=255)
+    purpose = models.CharField(max_length=32, choices=ContextPurpose.choices)
+    allowed_tools = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    task = models.ForeignKey(Task, null=True, blank=True, on_delete=models.CASCADE, related_name="query_contexts")
+    run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.CASCADE, related_name="query_contexts")
+    execution_request = models.ForeignKey(
+        ExecutionRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="query_contexts"
+    )
+    parent_session_id = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=300, blank=True)
+    revoke_reason = models.CharField(max_length=500, blank=True)
+
+    objects = QueryContextQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["expires_at"], name="querycontext_expires_idx"),
+            models.Index(fields=["revoked_at"], name="querycontext_revoked_idx"),
+            models.Index(fields=["project", "principal"], name="querycontext_proj_princ_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(purpose="ordinary_chat", task__isnull=True, run__isnull=True)
+                | Q(purpose="task_execution", task__isnull=False, run__isnull=False, execution_request__isnull=False)
+                | (Q(purpose="task_reader", task__isnull=False, run__isnull=False) & ~Q(parent_session_id="")),
+                name="querycontext_purpose_binding",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"context {self.pk} ({self.handle_prefix}…)"
+
+    @property
+    def handle_prefix(self) -> str:
+        """A short prefix of the handle's *hash* for operators; never the handle."""
+        return self.handle_hash[:8]
+
+    def state(self, now: datetime) -> str:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at <= now:
+            return "expired"
+        return "active"
+
+
+class ContextEvent(models.Model):
+    """Audit trail of context bindings: creation and revocation, with the actor and the reason. Written
+    in the same transaction as the change it records. Keeps the context id as a plain number (and the
+    hash prefix) so the trail outlives the purge of the binding itself."""
+
+    class Action(models.TextChoices):
+        CREATED = "created"
+        REVOKED = "revoked"
+
+    context_id = models.BigIntegerField(db_index=True)
+    handle_prefix = models.CharField(max_length=8)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    actor = models.CharField(max_length=300)
+    reason = models.CharField(max_length=500, blank=True)
+    project_id = models.BigIntegerField(null=True)
+    principal_id = models.BigIntegerField(null=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} context {self.context_id} by {self.actor}"

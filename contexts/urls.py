@@ -1,3 +1,10 @@
 """REST routes of the contexts app (mounted under /api/v1/)."""
 
-urlpatterns: list[object] = []
+from django.urls import path
+
+from contexts.api import ContextCreateApi, ContextDeleteApi
+
+urlpatterns = [
+    path("mcp-query-contexts", ContextCreateApi.as_view(), name="mcp-query-contexts"),
+    path("mcp-query-contexts/<str:handle>", ContextDeleteApi.as_view(), name="mcp-query-context"),
+]

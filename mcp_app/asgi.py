@@ -1,19 +1,47 @@
-"""The ASGI side of ``/mcp``.
+"""The ASGI side of ``/mcp`` and its protected-resource metadata (SPEC §2, §3).
 
-Until the endpoint is enabled (``TJWATER_MCP_ENABLED``) every request to it is answered 503 with a JSON
-body saying so: the seed ships the endpoint disabled by default (SPEC R-TOOL-1).
+Every request to ``/mcp`` passes, in order:
+
+1. the switch: off (503 JSON, no MCP) unless ``TJWATER_MCP_ENABLED`` (R-TOOL-1);
+2. the protocol gate: POST only (anything else → 405 ``Allow: POST``), and an ``MCP-Protocol-Version``
+   header naming 2026-07-28 — a missing or other version is HTTP 400 / -32022 listing the supported
+   versions. The SDK would otherwise route such requests to its legacy transport (``initialize``,
+   sessions, GET streams — SDK_NOTES "Server"), so this gate is what makes 2026-07-28 the only protocol;
+   ``Mcp-Session-Id`` / ``Last-Event-ID`` never reach anything that reads them;
+3. the bearer layer (``mcp_app.auth``): 401/403/503 with RFC 6750 challenges;
+4. the SDK's 2026-07-28 Streamable HTTP entry in SSE response mode (so a client disconnect cancels the
+   handler — R-PROTO-6), which validates routing headers against the body (-32020), methods (-32601)
+   and params (-32602).
+
+The session manager runs for the process lifetime: ``startup``/``shutdown`` are called from the
+lifespan handling in ``tjwater.asgi``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from contextlib import AsyncExitStack
 from typing import Any
 
+import anyio
 from django.conf import settings
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, unsupported_protocol_version_rejection
+
+from mcp_app import auth
+from mcp_app.catalog import build_catalog
+from mcp_app.dispatch import Dispatcher
+from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
+from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
+
+logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 PRM_PATH = "/.well-known/oauth-protected-resource/mcp"
 MCP_PATHS = frozenset({MCP_PATH, PRM_PATH})
+MAX_REQUEST_BODY_BYTES = 256 * 1024
 
 
 async def send_json(
@@ -27,22 +55,71 @@ async def send_json(
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(payload)).encode()),
-                (b"cache-control", b"no-store"),
-                *(headers or []),
+                *(headers or [(b"cache-control", b"no-store")]),
             ],
         }
     )
     await send({"type": "http.response.body", "body": payload})
 
 
+def transport_security() -> TransportSecuritySettings:
+    """DNS-rebinding protection from settings: ``ALLOWED_HOSTS`` (any port) and allowed origins."""
+    hosts = list(settings.ALLOWED_HOSTS)
+    if "*" in hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    allowed_hosts = [h for host in hosts for h in (host, f"{host}:*")]
+    origins = list(settings.TJWATER_MCP_ALLOWED_ORIGINS)
+    if not origins:
+        resource = settings.TJWATER_MCP_RESOURCE_URI
+        origins = [resource[: resource.index("/", resource.index("//") + 2)] if resource.count("/") > 2 else resource]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
+    )
+
+
+def _header(scope: dict[str, Any], name: str) -> str | None:
+    key = name.lower().encode()
+    values = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == key]
+    return values[0] if len(values) == 1 else (None if not values else "\x00duplicate")
+
+
 class McpEndpoint:
     """Serves ``/mcp`` and its protected-resource metadata; owns start-up and shutdown."""
 
+    def __init__(self) -> None:
+        self._stack: AsyncExitStack | None = None
+        self._manager: StreamableHTTPSessionManager | None = None
+        self._limiter: ConcurrencyLimiter | None = None
+
     async def startup(self) -> None:
-        return None
+        if not settings.TJWATER_MCP_ENABLED:
+            return
+        catalog = build_catalog()
+        self._limiter = limiter_from_settings()
+        server = build_server(catalog, Dispatcher(catalog, self._limiter))
+        self._manager = StreamableHTTPSessionManager(
+            app=server,
+            json_response=False,  # SSE response mode: the only mode that observes disconnects
+            stateless=True,  # never reached (the gate refuses legacy versions); no sessions either way
+            security_settings=transport_security(),
+            max_request_body_size=MAX_REQUEST_BODY_BYTES,
+        )
+        self._stack = AsyncExitStack()
+        await self._stack.enter_async_context(self._manager.run())
+        # Start-up objects live for the process: keep them out of the cyclic GC's full collections,
+        # whose pauses dominate tail latency (SDK_NOTES "Performance").
+        import gc
+
+        gc.collect()
+        gc.freeze()
 
     async def shutdown(self) -> None:
-        return None
+        if self._stack is not None:
+            await self._stack.aclose()
+            self._stack = None
+        if self._limiter is not None:
+            await self._limiter.aclose()
+            self._limiter = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not settings.TJWATER_MCP_ENABLED:
@@ -52,4 +129,62 @@ class McpEndpoint:
                 {"error": "mcp_disabled", "message": "The MCP endpoint is not enabled on this server."},
             )
             return
-        await send_json(send, 503, {"error": "mcp_unavailable", "message": "The MCP endpoint is not available yet."})
+        if scope["path"] == PRM_PATH:
+            await self._protected_resource_metadata(scope, send)
+            return
+        await self._mcp(scope, receive, send)
+
+    async def _protected_resource_metadata(self, scope: dict[str, Any], send: Any) -> None:
+        if scope["method"] not in ("GET", "HEAD"):
+            await send_json(send, 405, {"error": "method_not_allowed"}, [(b"allow", b"GET")])
+            return
+        await send_json(send, 200, auth.protected_resource_metadata(), [(b"cache-control", b"public, max-age=300")])
+
+    async def _mcp(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # R-PROTO-1: each request is a self-contained POST.
+        if scope["method"] != "POST":
+            await send_json(
+                send,
+                405,
+                {"error": "method_not_allowed", "message": "Only POST is served at /mcp (MCP 2026-07-28)."},
+                [(b"allow", b"POST"), (b"cache-control", b"no-store")],
+            )
+            return
+        requested = _header(scope, MCP_PROTOCOL_VERSION_HEADER)
+        if requested not in SUPPORTED_VERSIONS:
+            rejection = unsupported_protocol_version_rejection(requested or "", SUPPORTED_VERSIONS)
+            assert rejection is not None  # requested is not supported
+            await send_json(
+                send,
+                400,
+                {
+                    "jsonrpc": "2.0",
+                    "id": None,
+                    "error": {
+                        "code": rejection.code,
+                        "message": "Unsupported protocol version: this server speaks MCP 2026-07-28 only "
+                        "(no initialize handshake).",
+                        "data": rejection.data,
+                    },
+                },
+            )
+            return
+        try:
+            # In a worker thread: verification may have to fetch the issuer's JWKS over HTTP.
+            token = await anyio.to_thread.run_sync(auth.authenticate, _header(scope, "authorization"))
+            auth.authorize_method(token, _header(scope, MCP_METHOD_HEADER))
+        except auth.AuthFailure as failure:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": failure.status,
+                    "headers": [(b"content-type", b"application/json"), *failure.headers()],
+                }
+            )
+            await send({"type": "http.response.body", "body": failure.payload()})
+            return
+        if self._manager is None:
+            await send_json(send, 503, {"error": "mcp_unavailable", "message": "The MCP endpoint is starting."})
+            return
+        scope[TOKEN_SCOPE_KEY] = token
+        await self._manager.handle_request(scope, receive, send)

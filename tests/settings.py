@@ -17,3 +17,6 @@ from tjwater.settings import *  # noqa: E402,F403
 
 CELERY_BROKER_URL = os.environ["REDIS_URL"]
 CELERY_RESULT_BACKEND = os.environ["REDIS_URL"]
+
+# Test-only MCP tools (the slow pg_sleep query proving cancellation, issue 4) exist only here.
+TJWATER_MCP_TEST_TOOLS = True

@@ -140,6 +140,15 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "tjwater.heartbeat",
         "schedule": crontab(minute="*/5"),
     },
+    # Context handles (SPEC §9): stale bindings revoked every minute, dead ones purged hourly.
+    "contexts-revoke-stale": {
+        "task": "contexts.revoke_stale",
+        "schedule": 60.0,
+    },
+    "contexts-purge": {
+        "task": "contexts.purge",
+        "schedule": crontab(minute=17),
+    },
 }
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
@@ -159,9 +168,35 @@ TJWATER_MCP_EXPOSED_TOOLS = env.list("TJWATER_MCP_EXPOSED_TOOLS", default=[])
 TJWATER_MCP_QUERY_BUDGET_S = env.int("TJWATER_MCP_QUERY_BUDGET_S", default=30)
 TJWATER_MCP_MAX_CONCURRENT = env.int("TJWATER_MCP_MAX_CONCURRENT", default=4)
 TJWATER_CONTEXT_TTL_S = env.int("TJWATER_CONTEXT_TTL_S", default=600)
+# Revoked or expired context bindings are deleted this long after they stopped working (contexts.purge).
+TJWATER_CONTEXT_RETENTION_S = env.int("TJWATER_CONTEXT_RETENTION_S", default=7 * 24 * 3600)
+# Where the context API reads the tool catalog (tool name -> required permission codes) and the
+# task-scoped tools from, imported at call time (contexts may not import queries at import time).
+TJWATER_TOOL_CATALOG_PROVIDER = "queries.registry.permission_catalog"
+TJWATER_TASK_SCOPED_TOOLS_PROVIDER = "queries.registry.task_scoped_tools"
 # Client credentials of this service at the real issuer (manage.py mcp_token --client-credentials).
 TJWATER_OIDC_CLIENT_ID = env.str("TJWATER_OIDC_CLIENT_ID", default="")
 TJWATER_OIDC_CLIENT_SECRET = env.str("TJWATER_OIDC_CLIENT_SECRET", default="")
+# Seconds the verified JWKS stays cached, and the minimum gap between refetches triggered by an
+# unknown `kid` (a flood of forged kids must not turn into a flood of JWKS requests, R-AUTH-2).
+TJWATER_OIDC_JWKS_CACHE_S = env.int("TJWATER_OIDC_JWKS_CACHE_S", default=300)
+TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S = env.float("TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S", default=30.0)
+TJWATER_OIDC_HTTP_TIMEOUT_S = env.float("TJWATER_OIDC_HTTP_TIMEOUT_S", default=3.0)
+# Lease of one in-flight query slot in Redis (R-PAGE-7). A live process refreshes its leases every
+# third of this; a killed process's slot frees itself when the lease runs out.
+TJWATER_MCP_SLOT_LEASE_S = env.float("TJWATER_MCP_SLOT_LEASE_S", default=10.0)
+# Inline result cap in bytes of JSON (R-PAGE-5).
+TJWATER_MCP_INLINE_MAX_BYTES = env.int("TJWATER_MCP_INLINE_MAX_BYTES", default=12000)
+# Transport security (DNS rebinding protection of the SDK): Host values accepted on /mcp, and
+# browser Origins accepted. Default: ALLOWED_HOSTS on any port, and the resource URI's origin.
+TJWATER_MCP_ALLOWED_ORIGINS = env.list("TJWATER_MCP_ALLOWED_ORIGINS", default=[])
+# Development-only stand-in for context handles (issue 4): the slug of the project every verified
+# principal's calls are bound to, through its Membership there. Removed by the context-handle work.
+TJWATER_DEV_PROJECT = env.str("TJWATER_DEV_PROJECT", default="")
+if TJWATER_DEV_PROJECT and not DEBUG:
+    raise ImproperlyConfigured("TJWATER_DEV_PROJECT is a development aid and is refused with DEBUG=False")
+# Registers the test-only tools (a pg_sleep query used to prove cancellation). Test settings only.
+TJWATER_MCP_TEST_TOOLS = False
 
 # --- Admin single sign-on (mozilla-django-oidc); unset = no OIDC admin login --------------------
 OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", default="")
@@ -174,6 +209,38 @@ OIDC_RP_SIGN_ALGO = env.str("OIDC_RP_SIGN_ALGO", default="RS256")
 TJWATER_OIDC_ADMIN_ENABLED = bool(OIDC_RP_CLIENT_ID and OIDC_OP_AUTHORIZATION_ENDPOINT)
 
 AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+
+# Operators only (tjwater/oidc.py): the role a token must carry, where it sits in the claims (Keycloak's
+# realm roles by default), and the Django group that gives operators access to the product's admin pages.
+OIDC_OP_ISSUER = env.str("OIDC_OP_ISSUER", default=TJWATER_OIDC_ISSUER)
+TJWATER_OIDC_OPERATOR_ROLE = env.str("TJWATER_OIDC_OPERATOR_ROLE", default="tjwater-operator")
+TJWATER_OIDC_ROLES_CLAIM = env.str("TJWATER_OIDC_ROLES_CLAIM", default="realm_access.roles")
+TJWATER_OIDC_OPERATOR_GROUP = env.str("TJWATER_OIDC_OPERATOR_GROUP", default="operators")
+OIDC_RP_SCOPES = env.str("OIDC_RP_SCOPES", default="openid email profile roles")
+OIDC_USE_NONCE = True
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_TIMEOUT = env.int("OIDC_TIMEOUT", default=10)
+OIDC_CALLBACK_CLASS = "tjwater.oidc.OperatorCallbackView"
+LOGIN_REDIRECT_URL = "/admin/"
+if TJWATER_OIDC_ADMIN_ENABLED:
+    _missing_oidc = [
+        name
+        for name, value in {
+            "OIDC_RP_CLIENT_SECRET": OIDC_RP_CLIENT_SECRET,
+            "OIDC_OP_TOKEN_ENDPOINT": OIDC_OP_TOKEN_ENDPOINT,
+            "OIDC_OP_USER_ENDPOINT": OIDC_OP_USER_ENDPOINT,
+            "OIDC_OP_JWKS_ENDPOINT": OIDC_OP_JWKS_ENDPOINT,
+            "OIDC_OP_ISSUER (or TJWATER_OIDC_ISSUER)": OIDC_OP_ISSUER,
+        }.items()
+        if not value
+    ]
+    if _missing_oidc:
+        raise ImproperlyConfigured(f"OIDC admin login is configured but incomplete: set {', '.join(_missing_oidc)}")
+    # With DEBUG=False there is no local password login to the admin: only the provider signs people in.
+    AUTHENTICATION_BACKENDS = ["tjwater.oidc.OperatorOIDCBackend"] + (
+        ["django.contrib.auth.backends.ModelBackend"] if DEBUG else []
+    )
 
 REST_FRAMEWORK = {
     # The context API authenticates with the MCP bearer validator explicitly per view; no global

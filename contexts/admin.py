@@ -1,0 +1,229 @@
+"""Django admin for the contexts app (SPEC R-CTX-5).
+
+Projects, principals and memberships are managed here; tasks, runs, execution requests and report
+revisions are browsed read-only (they are written by the host's workflow, and report revisions are
+immutable in the database). Query contexts are listed and filtered by project, principal, purpose and
+state; the handle is never shown (only a short prefix of its hash), and the only change an operator
+can make is the "Revoke" action, which asks for a reason and records the acting operator through
+``contexts.services.context_revoke``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+
+from contexts import services
+from contexts.errors import ApplicationError
+from contexts.models import (
+    ContextEvent,
+    ExecutionRequest,
+    Membership,
+    Principal,
+    Project,
+    QueryContext,
+    Task,
+    TaskReport,
+    TaskRun,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Browse-only: rows are written by services, never edited by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "created_at"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+
+
+@admin.register(Principal)
+class PrincipalAdmin(admin.ModelAdmin):
+    list_display = ["subject", "display_name", "issuer", "is_service", "created_at"]
+    list_filter = ["is_service", "issuer"]
+    search_fields = ["subject", "display_name"]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["principal", "project", "permissions", "revoked_at"]
+    list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["principal__subject", "principal__display_name", "project__slug"]
+    list_select_related = ["principal", "project"]
+    autocomplete_fields = ["principal", "project"]
+
+
+@admin.register(Task)
+class TaskAdmin(ReadOnlyAdmin):
+    list_display = ["id", "title", "project", "status", "created_at"]
+    list_filter = ["project", "status"]
+    search_fields = ["title"]
+    list_select_related = ["project"]
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "sequence", "status", "lease_holder", "lease_expires_at", "superseded_at"]
+    list_filter = ["status", ("superseded_at", admin.EmptyFieldListFilter)]
+    list_select_related = ["task"]
+
+
+@admin.register(ExecutionRequest)
+class ExecutionRequestAdmin(ReadOnlyAdmin):
+    list_display = ["request_id", "run", "created_at"]
+    search_fields = ["request_id"]
+    list_select_related = ["run"]
+
+
+@admin.register(TaskReport)
+class TaskReportAdmin(ReadOnlyAdmin):
+    list_display = ["task", "revision", "created_at"]
+    list_select_related = ["task"]
+
+
+@admin.register(ContextEvent)
+class ContextEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "action", "context_id", "handle_prefix", "actor", "reason"]
+    list_filter = ["action"]
+    search_fields = ["actor", "handle_prefix"]
+
+
+class ContextStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[QueryContext]) -> QuerySet[QueryContext]:
+        now = timezone.now()
+        if self.value() == "active":
+            return queryset.filter(revoked_at__isnull=True, expires_at__gt=now)
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+class RevokeForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
+
+
+@admin.action(description="Revoke selected contexts", permissions=["revoke"])
+def revoke_contexts(modeladmin: QueryContextAdmin, request: HttpRequest, queryset: QuerySet[QueryContext]) -> Any:
+    """Ask for a reason (intermediate page), then revoke through the one revocation service."""
+    ids = list(queryset.order_by("pk").values_list("pk", flat=True)[: services.MAX_REVOKE_BATCH])
+    form = RevokeForm(request.POST if "confirm" in request.POST else None)
+    if form.is_valid():
+        actor = services.Actor.operator(username=request.user.get_username(), user_id=request.user.pk)
+        try:
+            revoked = services.context_revoke(context_ids=ids, actor=actor, reason=form.cleaned_data["reason"])
+        except ApplicationError as exc:
+            modeladmin.message_user(request, exc.message, messages.ERROR)
+            return None
+        modeladmin.message_user(request, f"Revoked {len(revoked)} context(s).", messages.SUCCESS)
+        return None
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": "Revoke contexts",
+        "opts": modeladmin.model._meta,
+        "form": form,
+        "contexts": list(queryset.select_related("principal", "project").order_by("pk")[: services.MAX_REVOKE_BATCH]),
+        "selected_ids": ids,
+        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+    }
+    return TemplateResponse(request, "admin/contexts/querycontext/revoke_confirmation.html", context)
+
+
+@admin.register(QueryContext)
+class QueryContextAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "hash_prefix",
+        "principal",
+        "project",
+        "purpose",
+        "state",
+        "client_id",
+        "run",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+    ]
+    list_filter = [
+        ("project", admin.RelatedOnlyFieldListFilter),
+        ("principal", admin.RelatedOnlyFieldListFilter),
+        "purpose",
+        ContextStateFilter,
+    ]
+    list_select_related = ["principal", "project", "run"]
+    search_fields = ["principal__subject", "project__slug", "session_id"]
+    # Never the handle_hash as a whole: at most its short prefix (R-CTX-5).
+    exclude = ["handle_hash"]
+    readonly_fields = [
+        "hash_prefix",
+        "principal",
+        "client_id",
+        "project",
+        "membership",
+        "session_id",
+        "purpose",
+        "allowed_tools",
+        "task",
+        "run",
+        "execution_request",
+        "parent_session_id",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "revoked_by",
+        "revoke_reason",
+    ]
+    actions = [revoke_contexts]
+    list_per_page = 100
+
+    @admin.display(description="hash prefix")
+    def hash_prefix(self, obj: QueryContext) -> str:
+        return obj.handle_prefix
+
+    @admin.display(description="state")
+    def state(self, obj: QueryContext) -> str:
+        return obj.state(timezone.now())
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # Operators are the staff users (the OIDC admin backend makes only operators staff): they may
+    # browse contexts and revoke them without a per-model permission — revoking is always safe.
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)

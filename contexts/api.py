@@ -1,0 +1,174 @@
+"""REST API of context handles (SPEC R-CTX-1, R-CTX-5): one APIView per operation, thin.
+
+- ``POST /api/v1/mcp-query-contexts`` → 201 ``{context_handle, expires_at, purpose, project, tools}``
+  (bearer with ``mcp.context.bind``). The handle appears in this response and nowhere else.
+- ``DELETE /api/v1/mcp-query-contexts/{context_handle}`` → 204 for the binding's owner; anyone else the
+  same 404 as an unknown handle.
+
+Every error is JSON ``{"code", "message", "retryable"[, "details"]}`` with a stable code, mapped here in
+one place. Django's request logger would write the request path of a 4xx response — which for DELETE
+contains the handle — so these views mark their responses as already logged and log a sanitized line
+of their own instead.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rest_framework import exceptions, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from contexts import services
+from contexts.authentication import (
+    AuthenticationUnavailable,
+    BearerTokenAuthentication,
+    HasBindScope,
+    InsufficientScope,
+    InvalidTokenFailed,
+    TokenUser,
+    bearer_challenge,
+)
+from contexts.errors import ApplicationError
+from contexts.models import ContextPurpose
+
+logger = logging.getLogger(__name__)
+
+AUTH_RETRY_AFTER_S = 5
+
+
+class ContextApiView(APIView):
+    """Shared error mapping of the context API (STYLE "errors": one place per edge)."""
+
+    authentication_classes = [BearerTokenAuthentication]
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = _error_response(exc)
+        if response is None:
+            raise exc
+        logger.info(
+            "context api refused method=%s status=%s code=%s",
+            self.request.method if self.request is not None else "?",
+            response.status_code,
+            response.data.get("code") if isinstance(response.data, dict) else None,
+        )
+        return response
+
+    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        # django.utils.log.log_response skips responses flagged like this; the path may hold a handle.
+        response._has_been_logged = True  # type: ignore[attr-defined]  # Django's private flag, see above
+        return response
+
+    def verified_token(self, request: Request) -> Any:
+        user = request.user
+        if not isinstance(user, TokenUser):
+            raise exceptions.NotAuthenticated()
+        return user.token
+
+
+def _body(code: str, message: str, *, retryable: bool = False, details: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _error_response(exc: Exception) -> Response | None:
+    """Map an exception to the API's JSON error; ``None`` for anything unexpected (a 500, logged by
+    Django without the request body)."""
+    if isinstance(exc, ApplicationError):
+        return Response(exc.as_dict(), status=exc.http_status)
+    if isinstance(exc, InvalidTokenFailed):
+        response = Response(_body("INVALID_TOKEN", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
+        response["WWW-Authenticate"] = bearer_challenge("invalid_token")
+        return response
+    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        response = Response(_body("AUTHENTICATION_REQUIRED", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
+        response["WWW-Authenticate"] = bearer_challenge()
+        return response
+    if isinstance(exc, InsufficientScope):
+        response = Response(
+            _body("INSUFFICIENT_SCOPE", str(exc.detail), details={"required_scope": exc.scope}),
+            status=status.HTTP_403_FORBIDDEN,
+        )
+        response["WWW-Authenticate"] = bearer_challenge("insufficient_scope", scope=exc.scope)
+        return response
+    if isinstance(exc, AuthenticationUnavailable):
+        response = Response(
+            _body("AUTH_UNAVAILABLE", str(exc.detail), retryable=True), status=status.HTTP_503_SERVICE_UNAVAILABLE
+        )
+        response["Retry-After"] = str(AUTH_RETRY_AFTER_S)
+        return response
+    if isinstance(exc, exceptions.ValidationError):
+        return Response(
+            _body("INVALID_PARAMETER", "The request body is not valid.", details=exc.detail),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
+    if isinstance(exc, exceptions.ParseError):
+        return Response(_body("INVALID_JSON", "The request body is not valid JSON."), status=exc.status_code)
+    if isinstance(exc, exceptions.APIException):
+        code = str(exc.default_code).upper()
+        return Response(_body(code, str(exc.detail)), status=exc.status_code)
+    return None
+
+
+class ContextCreateApi(ContextApiView):
+    """``POST /api/v1/mcp-query-contexts``: bind a context for the token's principal and client."""
+
+    permission_classes = [HasBindScope]
+
+    class InputSerializer(serializers.Serializer):
+        project = serializers.CharField(max_length=64, required=False, allow_null=True, allow_blank=True)
+        session_id = serializers.CharField(max_length=255)
+        purpose = serializers.ChoiceField(choices=ContextPurpose.choices)
+        task_id = serializers.IntegerField(required=False, min_value=1)
+        run_id = serializers.IntegerField(required=False, min_value=1)
+        execution_request_id = serializers.CharField(max_length=128, required=False)
+        parent_session_id = serializers.CharField(max_length=255, required=False)
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            unknown = sorted(set(self.initial_data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({field: ["Unknown field."] for field in unknown})
+            return attrs
+
+    class OutputSerializer(serializers.Serializer):
+        context_handle = serializers.CharField(source="handle")
+        expires_at = serializers.DateTimeField()
+        purpose = serializers.CharField()
+        project = serializers.CharField()
+        tools = serializers.ListField(child=serializers.CharField())
+
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        catalog, task_scoped = services.tool_catalog()
+        created = services.context_create(
+            token=self.verified_token(request),
+            project_slug=data.get("project"),
+            session_id=data["session_id"],
+            purpose=data["purpose"],
+            catalog=catalog,
+            task_scoped=task_scoped,
+            task_id=data.get("task_id"),
+            run_id=data.get("run_id"),
+            execution_request_id=data.get("execution_request_id"),
+            parent_session_id=data.get("parent_session_id"),
+        )
+        response = Response(self.OutputSerializer(created).data, status=status.HTTP_201_CREATED)
+        response["Cache-Control"] = "no-store"  # the body carries the only copy of the handle
+        return response
+
+
+class ContextDeleteApi(ContextApiView):
+    """``DELETE /api/v1/mcp-query-contexts/{context_handle}``: the owner revokes its context. Any
+    verified token of the owner (same issuer, subject and client) may do it — revoking must not need
+    more than the caller already had; everyone else gets 404."""
+
+    def delete(self, request: Request, handle: str) -> Response:
+        services.context_revoke_owned(handle=handle, token=self.verified_token(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)

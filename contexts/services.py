@@ -1,0 +1,613 @@
+"""Context handle services (SPEC §4, R-CTX): create, resolve on every call, revoke, and keep clean.
+
+Writes (``context_create``, ``context_revoke``, ``context_revoke_owned``, ``contexts_revoke_stale``,
+``contexts_purge``) are one function per state change, each atomic and writing its audit row in the same
+transaction. The read ``resolve_context`` is what the MCP dispatch path calls on *every* business call:
+it re-checks the binding against the database right now, so a revocation, a lapsed lease, a superseded
+run or a removed membership stops the very next call in every process.
+
+The REST view, the admin action, the Celery tasks and the manage.py command all call these functions.
+Handles are never logged and never stored: only their SHA-256 is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from contexts.errors import (
+    ContextExpired,
+    ContextInvalid,
+    ContextRevoked,
+    InvalidParameter,
+    NotFound,
+    PermissionDenied,
+    ProjectContextRequired,
+    RunNotCurrent,
+    ToolNotInContext,
+)
+from contexts.models import (
+    TASK_PURPOSES,
+    ContextEvent,
+    ContextPurpose,
+    ExecutionRequest,
+    Membership,
+    Permission,
+    QueryContext,
+    Task,
+    TaskRun,
+)
+from contexts.scope import QueryScope
+
+if TYPE_CHECKING:
+    from contexts.tokens import VerifiedToken
+
+logger = logging.getLogger(__name__)
+
+HANDLE_BYTES = 32  # 256 random bits (R-CTX-2)
+MAX_HANDLE_CHARS = 128  # anything longer cannot be one of ours; refused before touching the database
+MAX_REVOKE_BATCH = 1000
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+
+# --- R-CTX-4: what a task_reader may never get ------------------------------------------------------
+# A reader (a read-only sub-agent of a run) gets query tools and the system's evidence append — which
+# is not a tool: evidence is saved by the dispatch path for task contexts (R-EVID-1). It never gets
+# report publishing, approvals, device control, shell or delegation. None of those tools exist in this
+# server; the rules below make sure that if one is ever added to the registry, no reader receives it:
+#  1. every permission a reader's tool requires must be a *query* permission (the product's read
+#     permission codes) — a publishing/approval/control tool needs some other permission code;
+#  2. a tool that requires no permission at all is only given to a reader if it is task-scoped (the
+#     bound task's own context and evidence);
+#  3. whatever the permissions say, a tool whose name marks one of the forbidden capability classes is
+#     never given to a reader.
+READER_QUERY_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission)
+READER_FORBIDDEN_NAME_MARKERS: tuple[str, ...] = (
+    "publish",
+    "approve",
+    "approval",
+    "device_control",
+    "control_device",
+    "set_device",
+    "shell",
+    "exec_command",
+    "delegate",
+    "spawn",
+)
+
+
+def hash_handle(handle: str) -> str:
+    """SHA-256 (hex) of a context handle: the only form in which a handle is stored or looked up."""
+    return hashlib.sha256(handle.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who performed a state change, as recorded in ``revoked_by`` and the audit trail."""
+
+    label: str
+
+    @classmethod
+    def operator(cls, *, username: str, user_id: int | None) -> Actor:
+        return cls(label=f"operator:{username}#{user_id}")
+
+    @classmethod
+    def principal(cls, *, principal_id: int, client_id: str) -> Actor:
+        return cls(label=f"principal:{principal_id}/{client_id}")
+
+    @classmethod
+    def system(cls, *, job: str) -> Actor:
+        return cls(label=f"system:{job}")
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedContext:
+    """The result of ``context_create``. ``handle`` is the only copy of the handle that ever exists."""
+
+    context_id: int
+    handle: str
+    expires_at: datetime
+    purpose: str
+    project: str
+    tools: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class StaleRevocation:
+    """How many active contexts ``contexts_revoke_stale`` revoked, by cause."""
+
+    run_superseded: int
+    lease_lapsed: int
+    membership_removed: int
+
+    @property
+    def total(self) -> int:
+        return self.run_superseded + self.lease_lapsed + self.membership_removed
+
+
+# --- the tool catalog ----------------------------------------------------------------------------
+
+
+def allowed_tools_for(
+    *,
+    catalog: Mapping[str, Collection[str]],
+    permissions: Collection[str],
+    purpose: str,
+    task_scoped: Collection[str] = (),
+) -> list[str]:
+    """The tools one binding may call: catalog ∩ the principal's permissions ∩ the purpose (R-TOOL-1,
+    R-CTX-4), sorted by name. ``catalog`` maps tool name → the permission codes the tool requires;
+    ``task_scoped`` names tools that only make sense inside a bound task (never given to ordinary chat).
+    """
+    if purpose not in ContextPurpose.values:
+        raise InvalidParameter("Unknown purpose.", details={"purpose": purpose})
+    held = frozenset(permissions)
+    task_only = frozenset(task_scoped)
+    tools: list[str] = []
+    for name, required in catalog.items():
+        needs = frozenset(required)
+        if not needs <= held:
+            continue
+        if purpose == ContextPurpose.ORDINARY_CHAT and name in task_only:
+            continue
+        if purpose == ContextPurpose.TASK_READER and not _reader_may_use(name, needs, task_only):
+            continue
+        tools.append(name)
+    return sorted(tools)
+
+
+def _reader_may_use(name: str, needs: frozenset[str], task_only: frozenset[str]) -> bool:
+    """R-CTX-4 for one tool (see the rules at ``READER_QUERY_PERMISSIONS``)."""
+    if not needs <= READER_QUERY_PERMISSIONS:
+        return False
+    if not needs and name not in task_only:
+        return False
+    lowered = name.lower()
+    return not any(marker in lowered for marker in READER_FORBIDDEN_NAME_MARKERS)
+
+
+def tool_catalog() -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """The live tool catalog for binding: (tool → required permissions, task-scoped tools), read from
+    the registry through the providers named in settings at call time (``contexts`` may not import
+    ``queries`` at import time, SPEC §0), narrowed by ``TJWATER_MCP_EXPOSED_TOOLS`` when it is set."""
+    provider: Callable[[], Mapping[str, Collection[str]]] = import_string(settings.TJWATER_TOOL_CATALOG_PROVIDER)
+    catalog = {name: frozenset(required) for name, required in provider().items()}
+    exposed = frozenset(settings.TJWATER_MCP_EXPOSED_TOOLS)
+    if exposed:
+        catalog = {name: required for name, required in catalog.items() if name in exposed}
+    task_scoped: frozenset[str] = frozenset()
+    task_provider_path = getattr(settings, "TJWATER_TASK_SCOPED_TOOLS_PROVIDER", "")
+    if task_provider_path:
+        task_provider: Callable[[], Collection[str]] = import_string(task_provider_path)
+        task_scoped = frozenset(task_provider())
+    return catalog, task_scoped
+
+
+# --- create ----------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def context_create(
+    *,
+    token: VerifiedToken,
+    project_slug: str | None,
+    session_id: str,
+    purpose: str,
+    catalog: Mapping[str, Collection[str]],
+    task_scoped: Collection[str] = (),
+    task_id: int | None = None,
+    run_id: int | None = None,
+    execution_request_id: str | None = None,
+    parent_session_id: str | None = None,
+    now: datetime | None = None,
+) -> CreatedContext:
+    """Bind a new context handle (R-CTX-1/2). The principal is the token's (issuer, sub) and the client
+    its ``azp`` — never anything from the body. The principal must hold an active membership in the
+    project; task purposes are reserved to the configured host client and must name the task's current
+    run with its lease held (by ``session_id`` for ``task_execution``, by ``parent_session_id`` for
+    ``task_reader``). Returns the handle once; only its hash is stored, and an audit row is written in
+    the same transaction."""
+    now = now or timezone.now()
+    if not project_slug:
+        raise ProjectContextRequired()
+    if purpose not in ContextPurpose.values:
+        raise InvalidParameter("Unknown purpose.", details={"purpose": purpose})
+    if not session_id:
+        raise InvalidParameter("session_id is required.", details={"field": "session_id"})
+    _check_purpose_fields(
+        purpose=purpose,
+        task_id=task_id,
+        run_id=run_id,
+        execution_request_id=execution_request_id,
+        parent_session_id=parent_session_id,
+    )
+    if purpose in TASK_PURPOSES and token.client_id != settings.TJWATER_MCP_HOST_CLIENT:
+        raise PermissionDenied("Only the host client may create task contexts.")
+
+    # Unknown principal, unknown project and "not a member" are the same answer (STYLE "scoped lookups").
+    membership = (
+        Membership.objects.select_related("principal", "project")
+        .filter(
+            principal__issuer=token.issuer,
+            principal__subject=token.subject,
+            project__slug=project_slug,
+            revoked_at__isnull=True,
+        )
+        .first()
+    )
+    if membership is None:
+        raise NotFound("No such project for this caller.")
+
+    task: Task | None = None
+    run: TaskRun | None = None
+    execution_request: ExecutionRequest | None = None
+    if purpose in TASK_PURPOSES:
+        task, run, execution_request = _bind_task(
+            project_id=membership.project_id,
+            purpose=purpose,
+            session_id=session_id,
+            task_id=task_id,
+            run_id=run_id,
+            execution_request_id=execution_request_id,
+            parent_session_id=parent_session_id or "",
+            now=now,
+        )
+
+    tools = allowed_tools_for(
+        catalog=catalog, permissions=membership.permissions, purpose=purpose, task_scoped=task_scoped
+    )
+    handle = secrets.token_urlsafe(HANDLE_BYTES)
+    context = QueryContext.objects.create(
+        handle_hash=hash_handle(handle),
+        principal=membership.principal,
+        client_id=token.client_id,
+        project=membership.project,
+        membership=membership,
+        session_id=session_id,
+        purpose=purpose,
+        allowed_tools=tools,
+        task=task,
+        run=run,
+        execution_request=execution_request,
+        parent_session_id=parent_session_id or "",
+        created_at=now,
+        expires_at=now + timedelta(seconds=settings.TJWATER_CONTEXT_TTL_S),
+    )
+    ContextEvent.objects.create(
+        context_id=context.pk,
+        handle_prefix=context.handle_prefix,
+        action=ContextEvent.Action.CREATED,
+        actor=Actor.principal(principal_id=membership.principal_id, client_id=token.client_id).label,
+        project_id=membership.project_id,
+        principal_id=membership.principal_id,
+        at=now,
+    )
+    logger.info(
+        "context created id=%s principal=%s project=%s purpose=%s run=%s tools=%d",
+        context.pk,
+        membership.principal_id,
+        membership.project.slug,
+        purpose,
+        run.pk if run else None,
+        len(tools),
+    )
+    return CreatedContext(
+        context_id=context.pk,
+        handle=handle,
+        expires_at=context.expires_at,
+        purpose=purpose,
+        project=membership.project.slug,
+        tools=tools,
+    )
+
+
+def _check_purpose_fields(
+    *,
+    purpose: str,
+    task_id: int | None,
+    run_id: int | None,
+    execution_request_id: str | None,
+    parent_session_id: str | None,
+) -> None:
+    """Each purpose names exactly the task fields it needs; anything else is a client error."""
+    given = {
+        "task_id": task_id is not None,
+        "run_id": run_id is not None,
+        "execution_request_id": bool(execution_request_id),
+        "parent_session_id": bool(parent_session_id),
+    }
+    required: set[str]
+    allowed: set[str]
+    if purpose == ContextPurpose.ORDINARY_CHAT:
+        required, allowed = set(), set()
+    elif purpose == ContextPurpose.TASK_EXECUTION:
+        required = {"task_id", "run_id", "execution_request_id"}
+        allowed = required
+    else:
+        required = {"task_id", "parent_session_id"}
+        allowed = required | {"run_id"}
+    missing = sorted(f for f in required if not given[f])
+    unexpected = sorted(f for f, present in given.items() if present and f not in allowed)
+    if missing or unexpected:
+        raise InvalidParameter(
+            f"Purpose {purpose} needs exactly: {', '.join(sorted(required)) or 'no task fields'}.",
+            details={"missing": missing, "unexpected": unexpected},
+        )
+
+
+def _bind_task(
+    *,
+    project_id: int,
+    purpose: str,
+    session_id: str,
+    task_id: int | None,
+    run_id: int | None,
+    execution_request_id: str | None,
+    parent_session_id: str,
+    now: datetime,
+) -> tuple[Task, TaskRun, ExecutionRequest | None]:
+    """Resolve and check the task, its current run, the lease and the execution request, every lookup
+    scoped by the project (and task) so an id from another project is "not found"."""
+    task = Task.objects.filter(pk=task_id, project_id=project_id).first()
+    if task is None:
+        raise NotFound("No such task in this project.")
+    current = TaskRun.objects.filter(task=task, superseded_at__isnull=True).first()
+    if run_id is not None:
+        named = TaskRun.objects.filter(pk=run_id, task=task).first()
+        if named is None:
+            raise NotFound("No such run of this task.")
+        if current is None or named.pk != current.pk:
+            raise RunNotCurrent("The run is not the task's current run.")
+    if current is None:
+        raise RunNotCurrent("The task has no current run.")
+    lease_session = session_id if purpose == ContextPurpose.TASK_EXECUTION else parent_session_id
+    if not _lease_held(current, lease_session, now):
+        raise RunNotCurrent("The run's lease is not held by this session.")
+    execution_request: ExecutionRequest | None = None
+    if purpose == ContextPurpose.TASK_EXECUTION:
+        execution_request = ExecutionRequest.objects.filter(request_id=execution_request_id, run=current).first()
+        if execution_request is None:
+            raise NotFound("No such execution request for this run.")
+    return task, current, execution_request
+
+
+def _lease_held(run: TaskRun, session: str, now: datetime) -> bool:
+    return (
+        bool(session)
+        and run.lease_holder == session
+        and run.lease_expires_at is not None
+        and (run.lease_expires_at > now)
+    )
+
+
+# --- resolve (every call, R-CTX-3) --------------------------------------------------------------------
+
+
+def resolve_context(
+    *,
+    handle: str,
+    token: VerifiedToken,
+    tool_name: str | None,
+    required_permissions: Sequence[str],
+    now: datetime | None = None,
+) -> QueryScope:
+    """Check a context handle for *this* call, right now, and build the ``QueryScope`` the query
+    service will receive (R-CTX-3). One SQL query (the binding joined with its principal, project,
+    membership and run). Refuses with:
+
+    - ``ContextInvalid`` — unknown handle, or one bound to another issuer/subject/client (the same
+      answer either way, so a handle's existence never leaks);
+    - ``ContextRevoked`` / ``ContextExpired``;
+    - ``PermissionDenied`` — the membership was revoked or no longer grants ``required_permissions``;
+      ``ToolNotInContext`` (a ``PermissionDenied``) — ``tool_name`` is not in the binding's tools
+      (``None`` for ``resources/read``, which skips only that check);
+    - ``RunNotCurrent`` — a task context whose run was superseded or whose lease lapsed or moved
+      (``task_reader``: the parent session's lease).
+
+    The token only has to *match* the binding: a newer token with wider scopes never widens it.
+    """
+    if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
+        raise ContextInvalid()
+    context = (
+        QueryContext.objects.select_related("principal", "project", "membership", "run")
+        .filter(handle_hash=hash_handle(handle))
+        .first()
+    )
+    if context is None or not _owned_by(context, token):
+        raise ContextInvalid()
+    now = now or timezone.now()
+    if context.revoked_at is not None:
+        raise ContextRevoked()
+    if context.expires_at <= now:
+        raise ContextExpired()
+    membership = context.membership
+    if (
+        membership.revoked_at is not None
+        or membership.principal_id != context.principal_id
+        or membership.project_id != context.project_id
+    ):
+        raise PermissionDenied("The membership in this project is no longer active.")
+    if tool_name is not None and tool_name not in context.allowed_tools:
+        raise ToolNotInContext()
+    held = frozenset(membership.permissions)
+    missing = sorted(p for p in required_permissions if p not in held)
+    if missing:
+        raise PermissionDenied(details={"missing_permissions": missing})
+    if context.purpose in TASK_PURPOSES:
+        run = context.run
+        if run is None or run.superseded_at is not None or run.task_id != context.task_id:
+            raise RunNotCurrent()
+        lease_session = (
+            context.session_id if context.purpose == ContextPurpose.TASK_EXECUTION else context.parent_session_id
+        )
+        if not _lease_held(run, lease_session, now):
+            raise RunNotCurrent()
+    return QueryScope(
+        principal_id=context.principal_id,
+        issuer=context.principal.issuer,
+        subject=context.principal.subject,
+        client_id=context.client_id,
+        project_id=context.project_id,
+        project_slug=context.project.slug,
+        permissions=held,
+        purpose=context.purpose,
+        context_id=context.pk,
+        session_id=context.session_id,
+        task_id=context.task_id,
+        run_id=context.run_id,
+        execution_request_id=context.execution_request_id,
+        allowed_tools=frozenset(context.allowed_tools),
+    )
+
+
+def _owned_by(context: QueryContext, token: VerifiedToken) -> bool:
+    principal = context.principal
+    return (
+        principal.issuer == token.issuer and principal.subject == token.subject and context.client_id == token.client_id
+    )
+
+
+# --- revoke ----------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def context_revoke(*, context_ids: Sequence[int], actor: Actor, reason: str, now: datetime | None = None) -> list[int]:
+    """Revoke one or many contexts (R-CTX-5) and write one audit row each, in the same transaction.
+    Already-revoked contexts are left as they are (idempotent); returns the ids revoked by this call.
+    The next ``resolve_context`` in any process refuses them."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidParameter("A reason is required to revoke a context.")
+    if len(context_ids) > MAX_REVOKE_BATCH:
+        raise InvalidParameter(f"At most {MAX_REVOKE_BATCH} contexts per revocation.")
+    now = now or timezone.now()
+    rows = list(
+        QueryContext.objects.select_for_update(of=("self",))
+        .filter(pk__in=list(context_ids), revoked_at__isnull=True)
+        .order_by("pk")
+        .only("pk", "handle_hash", "project_id", "principal_id")[:MAX_REVOKE_BATCH]
+    )
+    return _mark_revoked(rows, actor=actor, reason=reason, now=now)
+
+
+def _mark_revoked(rows: Sequence[QueryContext], *, actor: Actor, reason: str, now: datetime) -> list[int]:
+    """Set the revocation columns of locked rows and write their audit rows (caller holds the
+    transaction)."""
+    if not rows:
+        return []
+    ids = [row.pk for row in rows]
+    QueryContext.objects.filter(pk__in=ids).update(
+        revoked_at=now, revoked_by=actor.label[:300], revoke_reason=reason[:500]
+    )
+    ContextEvent.objects.bulk_create(
+        [
+            ContextEvent(
+                context_id=row.pk,
+                handle_prefix=row.handle_hash[:8],
+                action=ContextEvent.Action.REVOKED,
+                actor=actor.label[:300],
+                reason=reason[:500],
+                project_id=row.project_id,
+                principal_id=row.principal_id,
+                at=now,
+            )
+            for row in rows
+        ]
+    )
+    logger.info("contexts revoked count=%d actor=%s reason=%s", len(ids), actor.label, reason[:100])
+    return ids
+
+
+def context_revoke_owned(*, handle: str, token: VerifiedToken, now: datetime | None = None) -> None:
+    """``DELETE /api/v1/mcp-query-contexts/{handle}``: revoke a context as its owner (same issuer,
+    subject and client). Anyone else gets the same ``NotFound`` as for a handle that does not exist.
+    Deleting an already revoked or expired context of one's own succeeds (idempotent)."""
+    if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
+        raise NotFound("No such context.")
+    context = QueryContext.objects.select_related("principal").filter(handle_hash=hash_handle(handle)).first()
+    if context is None or not _owned_by(context, token):
+        raise NotFound("No such context.")
+    context_revoke(
+        context_ids=[context.pk],
+        actor=Actor.principal(principal_id=context.principal_id, client_id=token.client_id),
+        reason="deleted by its owner",
+        now=now,
+    )
+
+
+# --- background (R-BG) -------------------------------------------------------------------------------
+
+
+def contexts_revoke_stale(
+    *, now: datetime | None = None, batch_size: int = 500, max_batches: int = 20
+) -> StaleRevocation:
+    """Revoke active contexts that can no longer be used (SPEC §9): task contexts whose run was
+    superseded, whose lease lapsed or moved to another session, and any context whose membership was
+    revoked. Idempotent and safe on several workers at once: each batch locks its rows with
+    ``SKIP LOCKED`` so two workers never revoke (or audit) the same context twice."""
+    now = now or timezone.now()
+    exec_lease_moved = Q(purpose=ContextPurpose.TASK_EXECUTION) & ~Q(run__lease_holder=F("session_id"))
+    reader_lease_moved = Q(purpose=ContextPurpose.TASK_READER) & ~Q(run__lease_holder=F("parent_session_id"))
+    lease_lapsed = Q(purpose__in=TASK_PURPOSES) & (
+        Q(run__lease_expires_at__isnull=True) | Q(run__lease_expires_at__lte=now)
+    )
+    causes: list[tuple[str, Q]] = [
+        ("run superseded", Q(purpose__in=TASK_PURPOSES, run__superseded_at__isnull=False)),
+        ("lease lapsed or moved", lease_lapsed | exec_lease_moved | reader_lease_moved),
+        ("membership removed", Q(membership__revoked_at__isnull=False)),
+    ]
+    counts: list[int] = []
+    actor = Actor.system(job="contexts.revoke_stale")
+    for reason, condition in causes:
+        revoked = 0
+        for _ in range(max_batches):
+            with transaction.atomic():
+                rows = list(
+                    QueryContext.objects.active(now)
+                    .filter(condition)
+                    .select_for_update(of=("self",), skip_locked=True)
+                    .order_by("pk")
+                    .only("pk", "handle_hash", "project_id", "principal_id")[:batch_size]
+                )
+                revoked += len(_mark_revoked(rows, actor=actor, reason=reason, now=now))
+            if len(rows) < batch_size:
+                break
+        counts.append(revoked)
+    return StaleRevocation(run_superseded=counts[0], lease_lapsed=counts[1], membership_removed=counts[2])
+
+
+def contexts_purge(
+    *, retention: timedelta | None = None, now: datetime | None = None, batch_size: int = 1000, max_batches: int = 50
+) -> int:
+    """Delete contexts that expired or were revoked longer ago than the retention period
+    (``TJWATER_CONTEXT_RETENTION_S``), in bounded batches; returns how many were deleted. Their audit
+    rows stay. Idempotent and safe on several workers (``SKIP LOCKED``)."""
+    now = now or timezone.now()
+    if retention is None:
+        retention = timedelta(seconds=getattr(settings, "TJWATER_CONTEXT_RETENTION_S", DEFAULT_RETENTION_S))
+    cutoff = now - retention
+    purgeable: QuerySet[QueryContext] = QueryContext.objects.filter(Q(revoked_at__lt=cutoff) | Q(expires_at__lt=cutoff))
+    deleted = 0
+    for _ in range(max_batches):
+        with transaction.atomic():
+            ids = list(
+                purgeable.select_for_update(skip_locked=True).order_by("pk").values_list("pk", flat=True)[:batch_size]
+            )
+            if ids:
+                QueryContext.objects.filter(pk__in=ids).delete()
+        deleted += len(ids)
+        if len(ids) < batch_size:
+            break
+    if deleted:
+        logger.info("contexts purged count=%d", deleted)
+    return deleted

@@ -1,0 +1,129 @@
+"""The HTTP bearer layer of ``/mcp`` (SPEC R-AUTH-1..5).
+
+Written here rather than taken from the SDK, whose middleware deviates from RFC 6750 (it sends
+``error="invalid_token"`` when no credentials were sent, puts no ``scope=`` in the challenge, and checks
+scopes per endpoint, not per method — SDK_NOTES "Auth pieces").
+
+- No credentials → 401 with ``WWW-Authenticate: Bearer resource_metadata="…", scope="…"`` and *no*
+  error code (RFC 6750 §3.1).
+- A token that fails verification → 401 ``error="invalid_token"``.
+- A valid token without the scope the JSON-RPC method needs → 403 ``error="insufficient_scope"`` naming
+  the needed scope (RFC 6750 §3.1).
+- The issuer's keys unreachable → 503 with a retryable "authentication temporarily unavailable" body
+  (R-AUTH-5), never 401, never data.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+
+from contexts.tokens import AuthUnavailable, TokenError, VerifiedToken, bearer_from_authorization, verify_token
+
+SCOPE_CATALOG = "mcp.catalog.read"
+SCOPE_QUERY = "mcp.query"
+SCOPE_CONTEXT_BIND = "mcp.context.bind"
+SCOPES_SUPPORTED = [SCOPE_CATALOG, SCOPE_QUERY, SCOPE_CONTEXT_BIND]
+
+# R-AUTH-3: the scope that opens each class of interface. Methods not named here (unknown methods,
+# notifications) need only a valid token; the SDK answers them (-32601, 202).
+METHOD_SCOPES: dict[str, str] = {
+    "server/discover": SCOPE_CATALOG,
+    "tools/list": SCOPE_CATALOG,
+    "tools/call": SCOPE_QUERY,
+    "resources/list": SCOPE_QUERY,
+    "resources/read": SCOPE_QUERY,
+    "resources/templates/list": SCOPE_QUERY,
+}
+# What a client should ask for to use this endpoint at all (advertised in the no-credentials challenge).
+DEFAULT_CHALLENGE_SCOPE = f"{SCOPE_CATALOG} {SCOPE_QUERY}"
+
+
+def resource_metadata_url() -> str:
+    """RFC 9728 §3.1: the well-known path inserted between host and the resource's path."""
+    parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
+    path = parts.path if parts.path != "/" else ""
+    return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-protected-resource{path}", "", ""))
+
+
+def protected_resource_metadata() -> dict[str, Any]:
+    """The RFC 9728 document for ``/mcp`` (R-AUTH-1)."""
+    return {
+        "resource": settings.TJWATER_MCP_RESOURCE_URI,
+        "authorization_servers": [settings.TJWATER_OIDC_ISSUER],
+        "scopes_supported": SCOPES_SUPPORTED,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "tjwater-mcp",
+    }
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def challenge(*, error: str | None, scope: str, description: str | None = None) -> str:
+    parts = [f"resource_metadata={_quote(resource_metadata_url())}", f"scope={_quote(scope)}"]
+    if error is not None:
+        parts.append(f"error={_quote(error)}")
+        if description:
+            parts.append(f"error_description={_quote(description)}")
+    return "Bearer " + ", ".join(parts)
+
+
+class AuthFailure(Exception):
+    """An HTTP answer the bearer layer gives instead of passing the request on."""
+
+    def __init__(self, status: int, body: dict[str, Any], www_authenticate: str | None) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+        self.www_authenticate = www_authenticate
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        headers = [(b"cache-control", b"no-store")]
+        if self.www_authenticate:
+            headers.append((b"www-authenticate", self.www_authenticate.encode()))
+        if self.status == 503:
+            headers.append((b"retry-after", b"5"))
+        return headers
+
+    def payload(self) -> bytes:
+        return json.dumps(self.body).encode()
+
+
+def authenticate(authorization: str | None) -> VerifiedToken:
+    """Verify the ``Authorization`` header value or raise ``AuthFailure`` with the right answer."""
+    try:
+        return verify_token(bearer_from_authorization(authorization))
+    except AuthUnavailable:
+        raise AuthFailure(
+            503,
+            {
+                "error": "temporarily_unavailable",
+                "message": "Authentication is temporarily unavailable; retry shortly.",
+                "retryable": True,
+            },
+            None,
+        ) from None
+    except TokenError as exc:
+        code = exc.www_authenticate_error
+        body: dict[str, Any] = {"error": code or "unauthorized", "message": "A valid bearer token is required."}
+        description = "The access token is not valid." if code else None
+        raise AuthFailure(
+            401, body, challenge(error=code, scope=DEFAULT_CHALLENGE_SCOPE, description=description)
+        ) from None
+
+
+def authorize_method(token: VerifiedToken, method: str | None) -> None:
+    """Raise a 403 ``insufficient_scope`` unless the token's scopes open ``method`` (R-AUTH-3)."""
+    needed = METHOD_SCOPES.get(method or "")
+    if needed is None or needed in token.scopes:
+        return
+    raise AuthFailure(
+        403,
+        {"error": "insufficient_scope", "message": f"This method needs the scope {needed}."},
+        challenge(error="insufficient_scope", scope=needed, description=f"The {needed} scope is required."),
+    )

@@ -1,0 +1,112 @@
+"""The SDK side of ``/mcp``: a low-level ``mcp.server.Server`` and its handlers (SPEC §2).
+
+Only tools/list, tools/call, resources/list and resources/read are registered, so ``server/discover``
+reports exactly ``tools`` and ``resources`` (R-PROTO-2; SDK_NOTES "Server"). The verified token is put
+into the ASGI scope by the HTTP layer (``mcp_app.asgi``) and read here from the Starlette request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.caching import CacheHint
+from mcp.server.context import ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from contexts.tokens import VerifiedToken
+from mcp_app.catalog import Catalog
+from mcp_app.dispatch import Dispatcher
+
+SERVER_NAME = "tjwater-mcp"
+SERVER_VERSION = "0.1.0"
+PROTOCOL_VERSION = "2026-07-28"
+SUPPORTED_VERSIONS = [PROTOCOL_VERSION]
+CLIENT_CREDENTIALS_EXTENSION = "io.modelcontextprotocol/oauth-client-credentials"
+TOKEN_SCOPE_KEY = "tjwater.token"
+RESOURCE_NOT_FOUND = -32002
+INSTRUCTIONS = (
+    "Read-only access to a water utility's hydraulic network model and related data. Every business tool "
+    "needs the context_handle of a context created for one project; results are paged and capped."
+)
+
+# R-PROTO-5: the catalog is generic (the same for everyone) → public, 5 minutes; anything read on
+# behalf of a caller → private, never reused.
+PUBLIC_CATALOG = CacheHint(ttl_ms=300_000, scope="public")
+PRIVATE = CacheHint(ttl_ms=0, scope="private")
+
+
+def request_token(ctx: ServerRequestContext[Any, Any]) -> VerifiedToken:
+    token = ctx.request.scope.get(TOKEN_SCOPE_KEY) if ctx.request is not None else None
+    if not isinstance(token, VerifiedToken):
+        # The HTTP layer authenticates every request before the SDK sees it; reaching here is a bug.
+        raise RuntimeError("request reached the MCP server without a verified token")
+    return token
+
+
+def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
+    async def list_tools(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=catalog.tools, ttl_ms=PUBLIC_CATALOG.ttl_ms, cache_scope="public")
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        meta = params.meta or {}
+        progress = meta.get("progress_token", meta.get("progressToken")) is not None
+        return await dispatcher.call_tool(
+            token=request_token(ctx),
+            name=params.name,
+            arguments=params.arguments,
+            session=ctx.session,
+            progress=progress,
+        )
+
+    async def list_resources(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        # Evidence snapshots become resources with the evidence work (R-EVID-4); none are listed yet.
+        return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
+
+    async def read_resource(
+        ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": str(params.uri)[:300]})
+
+    server: Server[Any] = Server(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        title="TJ Water MCP",
+        instructions=INSTRUCTIONS,
+        cache_hints={
+            "server/discover": PUBLIC_CATALOG,
+            "tools/list": PUBLIC_CATALOG,
+            "resources/list": PRIVATE,
+            "resources/read": PRIVATE,
+        },
+        # Header (Mcp-Param-*) validation reads the schema from the catalog instead of running the
+        # tools/list handler on every call (SDK_NOTES "Performance").
+        get_tool_input_schema=catalog.input_schema,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_read_resource=read_resource,
+    )
+    # R-AUTH-4: service identities may use client_credentials.
+    server.extensions = {CLIENT_CREDENTIALS_EXTENSION: {}}
+    # No tracing exporter is configured here; drop the default OpenTelemetry middleware (a per-call cost).
+    server.middleware = []
+
+    async def discover(ctx: ServerRequestContext[Any, Any], params: types.RequestParams | None) -> types.DiscoverResult:
+        return types.DiscoverResult(
+            supported_versions=SUPPORTED_VERSIONS,
+            capabilities=server.get_capabilities(protocol_version=ctx.protocol_version),
+            instructions=INSTRUCTIONS,
+            ttl_ms=PUBLIC_CATALOG.ttl_ms,
+            cache_scope="public",
+        )
+
+    server.add_request_handler("server/discover", types.RequestParams, discover)
+    return server

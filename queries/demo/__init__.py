@@ -1,0 +1,1 @@
+"""The demo utility: deterministic seed builders used by ``manage.py seed_demo``."""

@@ -1,0 +1,381 @@
+"""Demo analysis and sensor placement runs, computed for real with WNTR on the demo network.
+
+* burst: a main break modelled the classic EPANET way — a burst node with an emitter (pressure-
+  dependent outflow) hung off a junction through a short pipe that a time control opens at the burst
+  time; the scenario's node/link series are stored for a 12-hour window;
+* valve isolation: a strategic valve layer (WNTR ``generate_valve_layer``), valve segments
+  (``wntr.metrics.valve_segments``), and the segment holding the burst pipe: valves to close, pipes
+  and junctions cut off, customer demand lost;
+* a failed run: a what-if simulation EPANET refuses, with EPANET's own error code;
+* sensor placement: greedy maximum coverage over the pipe graph (a candidate covers junctions within a
+  network distance), with different parameters per run.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import math
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import pandas as pd
+import wntr
+from wntr.epanet.exceptions import EpanetException
+from wntr.network import LinkStatus, WaterNetworkModel
+from wntr.network.controls import Control, ControlAction, SimTimeCondition
+from wntr.sim.results import SimulationResults
+
+from queries.importer.copy import copy_lines
+from queries.importer.epanet import LINK_SERIES_COLUMNS, NODE_SERIES_COLUMNS, link_series_lines, node_series_lines
+from queries.models import (
+    AnalysisLinkSeries,
+    AnalysisNodeSeries,
+    AnalysisResult,
+    AnalysisRun,
+    SensorPlacementRun,
+)
+
+BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
+
+
+def _run_epanet(wn: WaterNetworkModel) -> SimulationResults:
+    with tempfile.TemporaryDirectory(prefix="tjwater-demo-") as tmp:
+        return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
+
+
+def epanet_error_code(exc: EpanetException) -> str:
+    """``EPANET_<n>`` from an EPANET exception (its message reads "(Error n) …")."""
+    match = re.search(r"Error (\d+)", str(exc))
+    return f"EPANET_{match.group(1)}" if match else "EPANET_ERROR"
+
+
+def _refs(element_type: str, ids: Sequence[str]) -> list[dict[str, str]]:
+    return [{"element_type": element_type, "element_id": i} for i in ids]
+
+
+@dataclass
+class BurstOutcome:
+    run: AnalysisRun
+    pipe_id: str
+    node_id: str
+
+
+def burst_run(
+    *,
+    project_id: int,
+    inp_path: Path,
+    pipe_id: str,
+    start: datetime,
+    burst_hour: float,
+    window: tuple[float, float],
+    step_minutes: int,
+    emitter_coefficient: float,
+    run_id: str,
+    created_at: datetime,
+) -> BurstOutcome:
+    """Simulate a burst at the start node of ``pipe_id`` and store the run, results and series."""
+    wn = WaterNetworkModel(str(inp_path))
+    pipe = wn.get_link(pipe_id)
+    node_id = pipe.start_node_name
+    node = wn.get_node(node_id)
+    step = step_minutes * 60
+    wn.options.time.duration = int(window[1] * 3600)
+    wn.options.time.hydraulic_timestep = step
+    wn.options.time.report_timestep = step
+    wn.add_junction(BURST_NODE, base_demand=0.0, elevation=node.elevation, coordinates=node.coordinates)
+    wn.get_node(BURST_NODE).emitter_coefficient = emitter_coefficient
+    wn.add_pipe(BURST_LINK, node_id, BURST_NODE, length=1.0, diameter=pipe.diameter, roughness=120.0,
+                initial_status="CLOSED")  # fmt: skip
+    opening = ControlAction(wn.get_link(BURST_LINK), "status", LinkStatus.Open)
+    wn.add_control("burst-opens", Control(SimTimeCondition(wn, "=", int(burst_hour * 3600)), opening))
+    results = _run_epanet(wn)
+
+    base_wn = WaterNetworkModel(str(inp_path))
+    base_wn.options.time.duration = int(window[1] * 3600)
+    base_wn.options.time.hydraulic_timestep = step
+    base_wn.options.time.report_timestep = step
+    baseline = _run_epanet(base_wn)
+
+    t0, t1 = int(window[0] * 3600), int(window[1] * 3600)
+    leak = results.node["demand"][BURST_NODE]
+    leak_after = leak[leak.index >= burst_hour * 3600]
+    pressure_drop = baseline.node["pressure"] - results.node["pressure"][baseline.node["pressure"].columns]
+    at_peak = pressure_drop.loc[int(burst_hour * 3600) + 2 * step].drop(labels=[], errors="ignore")
+    junction_drop = at_peak[list(base_wn.junction_name_list)].sort_values(ascending=False)
+    affected = junction_drop[junction_drop > 1.0]
+    lost_m3 = float(np.trapezoid(leak_after.to_numpy(dtype=float), leak_after.index.to_numpy(dtype=float)))
+
+    run = AnalysisRun.objects.create(
+        project_id=project_id,
+        run_id=run_id,
+        kind="burst",
+        status="succeeded",
+        title=f"Main break at {node_id} ({pipe_id})",
+        parameters={
+            "pipe_id": pipe_id,
+            "node_id": node_id,
+            "burst_time": (start + timedelta(hours=burst_hour)).isoformat(),
+            "emitter_coefficient": emitter_coefficient,
+            "window_start": (start + timedelta(hours=window[0])).isoformat(),
+            "window_end": (start + timedelta(hours=window[1])).isoformat(),
+            "step_minutes": step_minutes,
+            "method": "emitter node opened by a time control (EPANET 2.2 via WNTR)",
+        },
+        created_at=created_at,
+        started_at=created_at + timedelta(seconds=5),
+        finished_at=created_at + timedelta(seconds=47),
+        summary={
+            "peak_leak_flow_m3s": round(float(leak_after.max()), 6),
+            "leak_volume_m3": round(lost_m3, 1),
+            "junctions_with_pressure_drop_over_1m": len(affected),
+            "max_pressure_drop_m": round(float(junction_drop.iloc[0]), 3),
+        },
+    )
+    results_rows = [
+        AnalysisResult(
+            run=run,
+            sequence=1,
+            result_type="leak",
+            payload={
+                "node_id": node_id,
+                "pipe_id": pipe_id,
+                "peak_flow_m3s": round(float(leak_after.max()), 6),
+                "mean_flow_m3s": round(float(leak_after.mean()), 6),
+                "volume_m3": round(lost_m3, 1),
+            },
+            element_refs=_refs("junction", [node_id]) + _refs("pipe", [pipe_id]),
+        ),
+        AnalysisResult(
+            run=run,
+            sequence=2,
+            result_type="affected_nodes",
+            payload={
+                "threshold_m": 1.0,
+                "at": (start + timedelta(seconds=int(burst_hour * 3600) + 2 * step)).isoformat(),
+                "pressure_drop_m": {k: round(float(v), 3) for k, v in affected.head(50).items()},
+                "count": len(affected),
+            },
+            element_refs=_refs("junction", list(affected.head(50).index)),
+        ),
+    ]
+    AnalysisResult.objects.bulk_create(results_rows)
+
+    # Series of the real network's elements over the window (the artificial burst node/link are
+    # reported through ``leak_demand`` at the burst junction, not as elements of their own).
+    keep_nodes = {"junction": list(base_wn.junction_name_list), "reservoir": list(base_wn.reservoir_name_list),
+                  "tank": list(base_wn.tank_name_list)}  # fmt: skip
+    keep_links = {"pipe": list(base_wn.pipe_name_list), "pump": list(base_wn.pump_name_list),
+                  "valve": list(base_wn.valve_name_list)}  # fmt: skip
+    windowed = _window(results, t0, t1)
+    node_lines = node_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_nodes)
+    leak_by_time = {
+        (start + timedelta(seconds=int(t))).isoformat(): float(v) for t, v in _window_series(leak, t0, t1).items()
+    }
+
+    def with_leak() -> Any:
+        for line in node_lines:
+            parts = line.rstrip("\n").split("\t")
+            if parts[2] == node_id:
+                yield line[:-1] + f"\t{leak_by_time[parts[3]]!r}\n"
+            else:
+                yield line[:-1] + "\t\\N\n"
+
+    copy_lines(AnalysisNodeSeries._meta.db_table, ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"], with_leak())
+    copy_lines(
+        AnalysisLinkSeries._meta.db_table,
+        ["run_id", *LINK_SERIES_COLUMNS],
+        link_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_links),
+    )
+    return BurstOutcome(run=run, pipe_id=pipe_id, node_id=node_id)
+
+
+def _window_series(series: pd.Series, t0: int, t1: int) -> pd.Series:
+    return series[(series.index >= t0) & (series.index <= t1)]
+
+
+def _window(results: SimulationResults, t0: int, t1: int) -> SimulationResults:
+    out = _copy.copy(results)
+    out.node = {k: v[(v.index >= t0) & (v.index <= t1)] for k, v in results.node.items()}
+    out.link = {k: v[(v.index >= t0) & (v.index <= t1)] for k, v in results.link.items()}
+    return out
+
+
+def valve_isolation_run(
+    *, project_id: int, wn: WaterNetworkModel, pipe_id: str, seed: int, run_id: str, created_at: datetime
+) -> tuple[AnalysisRun, pd.DataFrame]:
+    """Find the valve segment of ``pipe_id`` and what closing it cuts off; returns the run and the
+    valve layer (``link``, ``node`` per valve) for the GIS layer of isolation valves."""
+    valve_layer = wntr.network.generate_valve_layer(wn, "strategic", 2, seed=seed)
+    graph = wn.to_graph()
+    node_seg, link_seg, seg_size = wntr.metrics.valve_segments(graph, valve_layer)
+    seg = int(link_seg[pipe_id])
+    seg_nodes = sorted(str(n) for n, s in node_seg.items() if int(s) == seg)
+    seg_links = sorted(str(k) for k, s in link_seg.items() if int(s) == seg)
+    seg_node_set, seg_link_set = set(seg_nodes), set(seg_links)
+    closing = [
+        {"valve_id": f"V{int(i):05d}", "link_id": str(row["link"]), "node_id": str(row["node"])}
+        for i, row in valve_layer.iterrows()
+        if (row["link"] in seg_link_set) != (row["node"] in seg_node_set)
+    ]
+    junctions = [n for n in seg_nodes if n in set(wn.junction_name_list)]
+    lost = sum(float(wn.get_node(n).base_demand or 0.0) for n in junctions)
+    sizes = seg_size.to_numpy(dtype=float)
+    run = AnalysisRun.objects.create(
+        project_id=project_id,
+        run_id=run_id,
+        kind="valve_isolation",
+        status="succeeded",
+        title=f"Isolate the segment of {pipe_id}",
+        parameters={"pipe_id": pipe_id, "valve_layer": "strategic N-2", "valve_layer_seed": seed},
+        created_at=created_at,
+        started_at=created_at + timedelta(seconds=3),
+        finished_at=created_at + timedelta(seconds=21),
+        summary={
+            "segment": seg,
+            "valves_to_close": len(closing),
+            "pipes_isolated": sum(1 for k in seg_links if k in set(wn.pipe_name_list)),
+            "junctions_isolated": len(junctions),
+            "base_demand_lost_m3s": round(lost, 6),
+            "segments_in_network": int(len(sizes)),
+        },
+    )
+    AnalysisResult.objects.bulk_create(
+        [
+            AnalysisResult(
+                run=run,
+                sequence=1,
+                result_type="isolation_segment",
+                payload={"segment": seg, "nodes": seg_nodes, "links": seg_links, "valves_to_close": closing},
+                element_refs=_refs("junction", junctions) + _refs("pipe", seg_links),
+            ),
+            AnalysisResult(
+                run=run,
+                sequence=2,
+                result_type="valves_to_close",
+                payload={"valves": closing},
+                element_refs=_refs("pipe", sorted({c["link_id"] for c in closing if c["link_id"] in wn.pipe_name_list})),
+            ),
+            AnalysisResult(
+                run=run,
+                sequence=3,
+                result_type="segment_statistics",
+                payload={
+                    "segments": int(len(sizes)),
+                    "valves": int(len(valve_layer)),
+                    "largest_segment_nodes": int(seg_size["node"].max()),
+                    "largest_segment_links": int(seg_size["link"].max()),
+                },
+                element_refs=[],
+            ),
+        ]
+    )
+    return run, valve_layer
+
+
+def failed_run(*, project_id: int, inp_path: Path, pipe_id: str, run_id: str, created_at: datetime) -> AnalysisRun:
+    """A what-if simulation EPANET rejects (a pipe 'upsized' to a zero diameter): the run records
+    EPANET's own error code, no series."""
+    wn = WaterNetworkModel(str(inp_path))
+    # WNTR's setter refuses a zero diameter, so the bad value from the "planning sheet" is put on the
+    # private attribute; EPANET itself then rejects the input file, which is the failure we record.
+    wn.get_link(pipe_id)._diameter = 0.0
+    wn.options.time.duration = 6 * 3600
+    code, message = "", ""
+    try:
+        _run_epanet(wn)
+        status = "succeeded"
+    except EpanetException as exc:
+        status = "failed"
+        code = epanet_error_code(exc)
+        message = "EPANET rejected the scenario's input (a link property is out of range)"
+    return AnalysisRun.objects.create(
+        project_id=project_id,
+        run_id=run_id,
+        kind="simulation",
+        status=status,
+        title=f"What-if: replace {pipe_id}",
+        parameters={"pipe_id": pipe_id, "diameter_m": 0.0, "duration_h": 6},
+        created_at=created_at,
+        started_at=created_at + timedelta(seconds=2),
+        finished_at=created_at + timedelta(seconds=4),
+        summary={"error": code} if code else {},
+        error_code=code,
+        error_message=message,
+    )
+
+
+def sensor_placement_run(
+    *,
+    project_id: int,
+    wn: WaterNetworkModel,
+    run_id: str,
+    n_sensors: int,
+    radius_m: float,
+    weight: str,
+    candidates: int,
+    seed: int,
+    created_at: datetime,
+) -> SensorPlacementRun:
+    """Greedy maximum coverage: each candidate junction covers the junctions within ``radius_m`` of
+    pipe-network distance; weights are 1 per junction (``weight='node'``) or base demand
+    (``weight='demand'``). Greedy is within (1 - 1/e) of the optimum for this submodular objective."""
+    graph = nx.Graph()
+    for name, link in wn.links():
+        length = float(getattr(link, "length", 1.0) or 1.0)
+        graph.add_edge(link.start_node_name, link.end_node_name, weight=length, name=name)
+    junctions = sorted(wn.junction_name_list)
+    if weight == "demand":
+        w = {j: float(wn.get_node(j).base_demand or 0.0) for j in junctions}
+    else:
+        w = dict.fromkeys(junctions, 1.0)
+    total = sum(w.values()) or 1.0
+    rng = np.random.default_rng(seed)
+    pool = sorted(rng.choice(len(junctions), size=min(candidates, len(junctions)), replace=False).tolist())
+    cand = [junctions[i] for i in pool]
+    cover: dict[str, set[str]] = {}
+    for c in cand:
+        reach = nx.single_source_dijkstra_path_length(graph, c, cutoff=radius_m, weight="weight")
+        cover[c] = {n for n in reach if n in w}
+    covered: set[str] = set()
+    selected: list[dict[str, Any]] = []
+    for rank in range(1, n_sensors + 1):
+        best, gain = None, -1.0
+        for c in cand:
+            if any(s["element_id"] == c for s in selected):
+                continue
+            g = sum(w[n] for n in cover[c] - covered)
+            if g > gain:
+                best, gain = c, g
+        if best is None:
+            break
+        covered |= cover[best]
+        selected.append({"rank": rank, "element_type": "junction", "element_id": best,
+                         "marginal_gain": round(gain / total, 6)})  # fmt: skip
+    objective_value = sum(w[n] for n in covered) / total
+    return SensorPlacementRun.objects.create(
+        project_id=project_id,
+        run_id=run_id,
+        status="succeeded",
+        title=f"{n_sensors} pressure sensors, {weight}-weighted coverage within {radius_m:g} m",
+        parameters={"n_sensors": n_sensors, "radius_m": radius_m, "weight": weight, "candidates": len(cand),
+                    "candidate_seed": seed, "algorithm": "greedy max coverage"},  # fmt: skip
+        objective=f"{weight}_coverage",
+        objective_value=round(objective_value, 6),
+        selected_sensors=selected,
+        scores={
+            "coverage": round(objective_value, 6),
+            "covered_junctions": len(covered),
+            "junctions": len(junctions),
+            "marginal_gains": [s["marginal_gain"] for s in selected],
+            "upper_bound_note": "greedy is within 1 - 1/e of the optimal coverage",
+        },
+        created_at=created_at,
+        finished_at=created_at + timedelta(seconds=math.ceil(len(cand) / 50)),
+    )

@@ -1,0 +1,1 @@
+"""Import of EPANET networks (read with WNTR, georeferenced with pyproj) into the queries models."""

@@ -1,0 +1,63 @@
+"""Model baseline results: the hydraulic simulation of the imported network, per element and time.
+
+These are *model* values (labelled as such by the tools), never measurements. One row per element and
+timestamp; ``element_type`` is stored because tools always name it and node ids of different types
+share one namespace in EPANET. Two btrees: ``(project, type, element, time)`` for one element's series,
+``(project, type, time)`` for one field of every element at one time.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class NodeBaseline(models.Model):
+    """Node results: pressure (m), head (m), demand (m³/s), quality (mg/L or h for age)."""
+
+    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+    element_type = models.CharField(max_length=16)
+    element_id = models.CharField(max_length=64)
+    time = models.DateTimeField()
+    pressure = models.FloatField()
+    head = models.FloatField()
+    demand = models.FloatField()
+    quality = models.FloatField()
+
+    class Meta:
+        ordering = ["project_id", "element_type", "element_id", "time"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "element_type", "element_id", "time"], name="nodebaseline_element_time_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "element_type", "time"], name="nodebaseline_type_time")]
+
+    def __str__(self) -> str:
+        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"
+
+
+class LinkBaseline(models.Model):
+    """Link results: flow (m³/s), velocity (m/s), headloss (m per km for pipes, head gain for pumps as
+    WNTR reports it), status (0 closed, 1 open, 2 active), setting."""
+
+    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+    element_type = models.CharField(max_length=16)
+    element_id = models.CharField(max_length=64)
+    time = models.DateTimeField()
+    flow = models.FloatField()
+    velocity = models.FloatField()
+    headloss = models.FloatField()
+    status = models.SmallIntegerField()
+    setting = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["project_id", "element_type", "element_id", "time"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "element_type", "element_id", "time"], name="linkbaseline_element_time_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "element_type", "time"], name="linkbaseline_type_time")]
+
+    def __str__(self) -> str:
+        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"

@@ -1,0 +1,88 @@
+"""SCADA devices and their readings.
+
+Readings keep what the device sent (``monitored_value``) apart from what cleaning made of it
+(``cleaned_value``). The table holds one row per device per reporting slot once cleaning has run:
+
+* ``quality=good``  — monitored present and plausible; ``cleaned_value == monitored_value``.
+* ``quality=spike`` — monitored present but rejected by the despiking filter; ``cleaned_value`` NULL.
+* ``quality=stuck`` — monitored present but part of a flat-line run; ``cleaned_value`` NULL.
+* ``quality=gap``   — nothing was received for the slot (dropout): ``monitored_value`` NULL, and
+  ``cleaned_value`` NULL too — cleaning marks gaps, it never invents a value where data is missing.
+
+Index choice (the table must stay fast at tens of millions of rows): every read is "these devices,
+this time window", served by the unique btree on ``(device_id, time)`` (an index range scan per
+device, rows come out in time order). A BRIN index on ``time`` (a few pages for millions of rows, since
+readings arrive in time order) serves whole-project time-window scans and retention deletes without a
+second large btree. Beyond a few hundred million rows the next step is monthly range partitioning on
+``time`` (or a TimescaleDB hypertable when the extension is present); the same two indexes then exist
+per partition.
+"""
+
+from __future__ import annotations
+
+from django.contrib.gis.db import models as gis
+from django.contrib.postgres.indexes import BrinIndex
+from django.db import models
+
+
+class Quantity(models.TextChoices):
+    PRESSURE = "pressure"
+    FLOW = "flow"
+    LEVEL = "level"
+
+
+class ReadingQuality(models.TextChoices):
+    GOOD = "good"
+    SPIKE = "spike"
+    STUCK = "stuck"
+    GAP = "gap"
+
+
+class ScadaDevice(models.Model):
+    """A measuring device on a real network element: pressure at a junction (m), flow in a pipe
+    (m³/s), level in a tank (m). ``location`` is where it is installed (EPSG:4326)."""
+
+    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+    device_id = models.CharField(max_length=64)
+    name = models.CharField(max_length=200)
+    quantity = models.CharField(max_length=16, choices=Quantity.choices)
+    unit = models.CharField(max_length=16)
+    element_type = models.CharField(max_length=16)
+    element_id = models.CharField(max_length=64)
+    location = gis.PointField(srid=4326)
+    sample_interval_s = models.PositiveIntegerField(default=300)
+    accuracy = models.FloatField(default=0.0, help_text="sensor standard uncertainty, in the device unit")
+
+    class Meta:
+        ordering = ["project_id", "device_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "device_id"], name="scadadevice_project_device_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return self.device_id
+
+
+class ScadaReading(models.Model):
+    """One reporting slot of one device (see the module docstring for the quality rules)."""
+
+    device = models.ForeignKey(ScadaDevice, on_delete=models.CASCADE, related_name="+", db_index=False)
+    time = models.DateTimeField()
+    monitored_value = models.FloatField(null=True, blank=True)
+    cleaned_value = models.FloatField(null=True, blank=True)
+    quality = models.CharField(max_length=8, choices=ReadingQuality.choices)
+
+    class Meta:
+        ordering = ["device_id", "time"]
+        constraints = [
+            models.UniqueConstraint(fields=["device", "time"], name="scadareading_device_time_uniq"),
+            # Cleaning never invents a value where nothing was measured.
+            models.CheckConstraint(
+                condition=models.Q(monitored_value__isnull=False) | models.Q(cleaned_value__isnull=True),
+                name="scadareading_no_cleaned_without_monitored",
+            ),
+        ]
+        indexes = [BrinIndex(fields=["time"], name="scadareading_time_brin", pages_per_range=32)]
+
+    def __str__(self) -> str:
+        return f"{self.device_id}@{self.time:%Y-%m-%dT%H:%M}"

@@ -1,0 +1,236 @@
+"""The tool/source registry (SPEC R-REG, STYLE "registry"): one declaration per tool.
+
+A declaration is data — name, description, input and output JSON Schema 2020-12, required
+permission(s), limits, data semantics, whether evidence may be saved, annotations — plus the service
+function it calls. The MCP catalog, the dispatch path and ``manage.py mcp_catalog_check`` all read this
+registry; a tool is added here and nowhere else.
+
+Input schemas are written by hand (they are the wire contract): objects with
+``additionalProperties: false``, only local ``$defs``, and a required ``context_handle`` on every
+business tool (R-CTX-6). Identity, project and network never appear in inputs. Output schemas are the
+JSON Schema of the Pydantic result model the service returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from pydantic import BaseModel
+
+from contexts.scope import QueryScope
+from queries.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Origin, PageRequest
+from queries.schemas.network import (
+    ElementListResult,
+    ElementPropertiesResult,
+    NetworkOptionsResult,
+    NetworkSchemaResult,
+)
+from queries.services import network
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+ELEMENT_TYPES = ["junction", "pipe", "valve", "pump", "tank", "reservoir"]
+WEBGIS_VIEW = "webgis.view"
+
+Invoke = Callable[[QueryScope, Mapping[str, Any]], BaseModel]
+Summarize = Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class ToolLimits:
+    """Caps applied by the service (in SQL) and checked by the wire schema."""
+
+    max_page: int | None = None  # None: not a collection
+    max_targets: int | None = None
+    max_window_s: int | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: everything the catalog, dispatch and the catalog check need to know about it."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_model: type[BaseModel]
+    permissions: tuple[str, ...]
+    source: str
+    semantics: Origin
+    invoke: Invoke
+    summarize: Summarize
+    limits: ToolLimits = field(default_factory=ToolLimits)
+    evidence_allowed: bool = True
+    task_scope: str = "any"  # "any" or "bound_task" (task tools only read the bound task)
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        schema = self.output_model.model_json_schema(mode="serialization")
+        return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        """R-TOOL-2: tools that may save evidence are not read-only (they append evidence) but never
+        destructive. Annotations are hints for clients; they never decide authorization."""
+        if self.evidence_allowed:
+            return {"title": self.title, "readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
+        return {"title": self.title, "readOnlyHint": True, "openWorldHint": False}
+
+
+CONTEXT_HANDLE = {
+    "type": "string",
+    "minLength": 16,
+    "maxLength": 256,
+    "description": "The context handle returned when the context was created (binds project and purpose).",
+}
+
+
+def input_object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A business tool's input schema: closed object, ``context_handle`` required (R-CTX-6)."""
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "type": "object",
+        "properties": {"context_handle": CONTEXT_HANDLE, **properties},
+        "required": ["context_handle", *required],
+        "additionalProperties": False,
+    }
+
+
+def page_properties(max_limit: int = MAX_LIMIT) -> dict[str, Any]:
+    return {
+        "limit": {"type": "integer", "minimum": 1, "maximum": max_limit, "default": DEFAULT_LIMIT},
+        "offset": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+    }
+
+
+def page_from(args: Mapping[str, Any], max_limit: int = MAX_LIMIT) -> PageRequest:
+    return PageRequest(limit=args.get("limit", DEFAULT_LIMIT), offset=args.get("offset", 0), max_limit=max_limit)
+
+
+ELEMENT_TYPE = {"type": "string", "enum": ELEMENT_TYPES, "description": "Network element type."}
+ELEMENT_ID = {"type": "string", "minLength": 1, "maxLength": 64, "description": "The element's network id."}
+
+
+def _network_tools() -> list[ToolSpec]:
+    return [
+        ToolSpec(
+            name="get_element_properties",
+            title="Element properties",
+            description="Properties of one network element (junction, pipe, valve, pump, tank or reservoir) of "
+            "the context's project, in SI units.",
+            input_schema=input_object(
+                {"element_type": ELEMENT_TYPE, "element_id": ELEMENT_ID}, ["element_type", "element_id"]
+            ),
+            output_model=ElementPropertiesResult,
+            permissions=(WEBGIS_VIEW,),
+            source="model_network",
+            semantics="model_network",
+            invoke=lambda scope, a: network.get_element_properties(
+                scope=scope, element_type=a["element_type"], element_id=a["element_id"]
+            ),
+            summarize=lambda r: f"{r.data.element_type} {r.data.element_id}: {len(r.data.properties)} properties.",
+        ),
+        ToolSpec(
+            name="list_elements",
+            title="List elements",
+            description="One page of the project's network elements of a type, ordered by id, with the total "
+            "count. Never the whole network: page with limit/offset.",
+            input_schema=input_object({"element_type": ELEMENT_TYPE, **page_properties()}, ["element_type"]),
+            output_model=ElementListResult,
+            permissions=(WEBGIS_VIEW,),
+            source="model_network",
+            semantics="model_network",
+            limits=ToolLimits(max_page=MAX_LIMIT),
+            invoke=lambda scope, a: network.list_elements(
+                scope=scope, element_type=a["element_type"], page=page_from(a)
+            ),
+            summarize=lambda r: (
+                f"{len(r.data.items)} of {r.data.total} elements from offset {r.data.offset}"
+                + ("; more available." if r.data.has_more else ".")
+            ),
+        ),
+        ToolSpec(
+            name="get_network_options",
+            title="Network options",
+            description="The project's network options of one kind: hydraulic, time, energy, or pump_energy "
+            "(which needs pump_id).",
+            input_schema=input_object(
+                {
+                    "kind": {"type": "string", "enum": ["hydraulic", "time", "energy", "pump_energy"]},
+                    "pump_id": {"type": "string", "minLength": 1, "maxLength": 64},
+                },
+                ["kind"],
+            ),
+            output_model=NetworkOptionsResult,
+            permissions=(WEBGIS_VIEW,),
+            source="model_network",
+            semantics="model_network",
+            invoke=lambda scope, a: network.get_network_options(scope=scope, kind=a["kind"], pump_id=a.get("pump_id")),
+            summarize=lambda r: f"{r.data.kind} options: {len(r.data.values)} values.",
+        ),
+        ToolSpec(
+            name="get_network_schema",
+            title="Network schema",
+            description="What the properties of one kind mean (type, unit, allowed values): an element type, "
+            "scada-device, or an option kind.",
+            input_schema=input_object(
+                {
+                    "kind": {
+                        "type": "string",
+                        "enum": [*ELEMENT_TYPES, "scada-device", "hydraulic", "time", "energy", "pump_energy"],
+                    }
+                },
+                ["kind"],
+            ),
+            output_model=NetworkSchemaResult,
+            permissions=(WEBGIS_VIEW,),
+            source="model_network",
+            semantics="model_network",
+            invoke=lambda scope, a: network.get_network_schema(scope=scope, kind=a["kind"]),
+            summarize=lambda r: f"Schema of {r.data.kind}: {len(r.data.properties)} properties.",
+        ),
+    ]
+
+
+def _test_tools() -> list[ToolSpec]:
+    from queries.services import testing
+
+    return [
+        ToolSpec(
+            name="test_slow_query",
+            title="Slow query (test only)",
+            description="Test-only: sleeps inside PostgreSQL to exercise cancellation and concurrency limits.",
+            input_schema=input_object({"seconds": {"type": "number", "minimum": 0, "maximum": 60}}, ["seconds"]),
+            output_model=testing.SlowQueryResult,
+            permissions=(WEBGIS_VIEW,),
+            source="diagnostic",
+            semantics="diagnostic",
+            evidence_allowed=False,
+            invoke=lambda scope, a: testing.slow_query(scope=scope, seconds=float(a["seconds"])),
+            summarize=lambda r: f"Slept {r.data.slept_s} s.",
+        )
+    ]
+
+
+def all_tools() -> list[ToolSpec]:
+    """Every registered tool, sorted by name (the stable catalog order, R-PROTO-5)."""
+    tools = _network_tools()
+    if settings.TJWATER_MCP_TEST_TOOLS:
+        tools += _test_tools()
+    return sorted(tools, key=lambda t: t.name)
+
+
+def tools_by_name() -> dict[str, ToolSpec]:
+    return {tool.name: tool for tool in all_tools()}
+
+
+def permission_catalog() -> dict[str, frozenset[str]]:
+    """Tool name → the permission codes it requires (``TJWATER_TOOL_CATALOG_PROVIDER`` for contexts)."""
+    return {tool.name: frozenset(tool.permissions) for tool in all_tools()}
+
+
+def task_scoped_tools() -> frozenset[str]:
+    """Tools that only read the bound task (``TJWATER_TASK_SCOPED_TOOLS_PROVIDER`` for contexts)."""
+    return frozenset(tool.name for tool in all_tools() if tool.task_scope == "bound_task")

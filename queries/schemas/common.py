@@ -1,0 +1,98 @@
+"""The shapes every query result shares: the R-PAGE-1 page and the R-PAGE-6 envelope."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contexts.errors import LimitExceeded
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 500
+MAX_OFFSET = 10000
+
+ItemT = TypeVar("ItemT")
+DataT = TypeVar("DataT")
+
+#: What kind of truth a result is (R-REG "data semantics"): measured and cleaned readings are kept
+#: apart, model baselines are labelled as model output, synthetic data says so.
+Origin = Literal["model_network", "measured", "cleaned", "model_baseline", "analysis_run", "synthetic", "diagnostic"]
+
+
+class PageRequest(BaseModel):
+    """One page of a collection (R-PAGE-1): ``limit`` rows from ``offset``, both bounded. The bound is
+    checked here and the page is applied in SQL by the service."""
+
+    model_config = ConfigDict(frozen=True)
+
+    limit: int = DEFAULT_LIMIT
+    offset: int = 0
+    max_limit: int = MAX_LIMIT
+
+    def model_post_init(self, _context: Any) -> None:
+        if not 1 <= self.limit <= self.max_limit:
+            raise LimitExceeded(f"limit must be between 1 and {self.max_limit}.")
+        if not 0 <= self.offset <= MAX_OFFSET:
+            raise LimitExceeded(f"offset must be between 0 and {MAX_OFFSET}.")
+
+
+class PageInfo(BaseModel):
+    """Where a page sits in its collection. ``total`` is null when there is no stable total."""
+
+    total: int | None
+    limit: int
+    offset: int
+    has_more: bool
+
+
+class Page(BaseModel, Generic[ItemT]):
+    """A page of a collection (R-PAGE-1): ``items, total, limit, offset, has_more``."""
+
+    items: list[ItemT]
+    total: int | None
+    limit: int
+    offset: int
+    has_more: bool
+
+    def info(self) -> PageInfo:
+        return PageInfo(total=self.total, limit=self.limit, offset=self.offset, has_more=self.has_more)
+
+
+class TimeWindow(BaseModel):
+    """The time range a result covers (timezone-aware)."""
+
+    start: datetime
+    end: datetime
+
+
+class DataGap(BaseModel):
+    """A known hole in the data the result covers (so "no value" never reads as "no anomaly")."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+    reason: str
+
+
+class ResultEnvelope(BaseModel, Generic[DataT]):
+    """The envelope of every query result (R-PAGE-6).
+
+    ``source`` names the registry source, ``source_ref`` the exact thing read (project and key),
+    ``origin`` its data semantics. ``page`` repeats the paging summary of a collection at a fixed place.
+    ``truncated=true`` means the result is not the whole answer — never "nothing more to see";
+    ``continue_with`` then gives the arguments that fetch the rest (R-PAGE-5).
+    """
+
+    source: str
+    source_ref: str
+    queried_at: datetime
+    origin: Origin
+    data: DataT
+    window: TimeWindow | None = None
+    units: dict[str, str] = Field(default_factory=dict)
+    page: PageInfo | None = None
+    truncated: bool = False
+    continue_with: dict[str, Any] | None = None
+    data_gaps: list[DataGap] = Field(default_factory=list)
+    evidence_id: str | None = None

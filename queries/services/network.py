@@ -1,0 +1,162 @@
+"""The network family: element properties, element pages, network options and schemas.
+
+All four read the hydraulic network model of the caller's project (``scope.project_id``); a missing
+element and an element of another project give the same ``NotFound`` (STYLE "scoped lookups").
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib.gis.geos import Point
+
+from contexts.errors import InvalidParameter, NotFound
+from contexts.scope import QueryScope
+from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
+from queries.schemas.common import PageInfo, PageRequest
+from queries.schemas.network import (
+    ElementListResult,
+    ElementPage,
+    ElementProperties,
+    ElementPropertiesResult,
+    NetworkOptionsData,
+    NetworkOptionsResult,
+    NetworkSchemaData,
+    NetworkSchemaResult,
+    SchemaProperty,
+)
+
+SOURCE = "model_network"
+PERMISSION = "webgis.view"
+
+
+def _schema_fields(element_type: str) -> list[str]:
+    return [p["name"] for p in NETWORK_SCHEMAS[element_type]["properties"]]
+
+
+def _units(kind: str) -> dict[str, str]:
+    return {p["name"]: p["unit"] for p in NETWORK_SCHEMAS[kind]["properties"] if p["unit"]}
+
+
+def _db_fields(element_type: str) -> list[str]:
+    """Columns to read: the schema's stored fields, plus the geometry for nodes (longitude/latitude)."""
+    fields = [f for f in _schema_fields(element_type) if f not in ("longitude", "latitude")]
+    if element_type in NODE_TYPES:
+        fields.append("geom")
+    return fields
+
+
+def _properties(element_type: str, row: dict[str, Any]) -> dict[str, str | float | int | bool | None]:
+    props: dict[str, str | float | int | bool | None] = {}
+    for name in _schema_fields(element_type):
+        if name in ("longitude", "latitude"):
+            point: Point | None = row.get("geom")
+            props[name] = None if point is None else round(point.x if name == "longitude" else point.y, 7)
+        elif name != "element_id":
+            props[name] = row[name]
+    return props
+
+
+def _check_type(element_type: str) -> None:
+    if element_type not in ELEMENT_MODELS:
+        raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
+
+
+def get_element_properties(*, scope: QueryScope, element_type: str, element_id: str) -> ElementPropertiesResult:
+    """The properties of one network element of the caller's project (one query)."""
+    _check_type(element_type)
+    model = ELEMENT_MODELS[element_type]
+    row = (
+        model.objects.filter(project_id=scope.project_id, element_id=element_id)
+        .values(*_db_fields(element_type))
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No {element_type} with that id in this project.")
+    return ElementPropertiesResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/{element_type}/{element_id}",
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=ElementProperties(
+            element_type=element_type,  # type: ignore[arg-type]  # checked against ELEMENT_MODELS above
+            element_id=element_id,
+            properties=_properties(element_type, row),
+        ),
+        units=_units(element_type),
+    )
+
+
+def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) -> ElementListResult:
+    """One page of the project's elements of a type, ordered by element id, with the total count
+    (two queries: the count and the page, both in SQL — never the whole network)."""
+    _check_type(element_type)
+    model = ELEMENT_MODELS[element_type]
+    base = model.objects.filter(project_id=scope.project_id)
+    total = base.count()
+    rows = list(base.order_by("element_id").values(*_db_fields(element_type))[page.offset : page.offset + page.limit])
+    items = [
+        ElementProperties(
+            element_type=element_type,  # type: ignore[arg-type]  # checked above
+            element_id=row["element_id"],
+            properties=_properties(element_type, row),
+        )
+        for row in rows
+    ]
+    data = ElementPage(
+        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
+    )
+    return ElementListResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/{element_type}",
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=data,
+        units=_units(element_type),
+        page=PageInfo(total=data.total, limit=data.limit, offset=data.offset, has_more=data.has_more),
+    )
+
+
+def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = None) -> NetworkOptionsResult:
+    """One kind of the project's network options; pump energy options need the pump's id."""
+    if kind == "pump_energy" and not pump_id:
+        raise InvalidParameter("pump_energy options need pump_id (the pump's element id).")
+    if kind != "pump_energy" and pump_id:
+        raise InvalidParameter("pump_id applies only to kind=pump_energy.")
+    row = (
+        NetworkOptions.objects.filter(project_id=scope.project_id, kind=kind, pump_id=pump_id or "")
+        .values("values")
+        .first()
+    )
+    if row is None:
+        raise NotFound("No such network options in this project.")
+    ref = f"project:{scope.project_slug}/options/{kind}" + (f"/{pump_id}" if pump_id else "")
+    return NetworkOptionsResult(
+        source=SOURCE,
+        source_ref=ref,
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=NetworkOptionsData(kind=kind, pump_id=pump_id or None, values=row["values"]),  # type: ignore[arg-type]
+        units=_units(kind),
+    )
+
+
+def get_network_schema(*, scope: QueryScope, kind: str) -> NetworkSchemaResult:
+    """What the properties of one kind (element type, device or option set) mean: type, unit, enum."""
+    row = (
+        NetworkSchema.objects.filter(project_id=scope.project_id, kind=kind).values("description", "properties").first()
+    )
+    if row is None:
+        raise NotFound("No schema of that kind in this project.")
+    return NetworkSchemaResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/schema/{kind}",
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=NetworkSchemaData(
+            kind=kind,  # type: ignore[arg-type]  # validated by the wire schema's enum
+            description=row["description"],
+            properties=[SchemaProperty.model_validate(p) for p in row["properties"]],
+        ),
+    )

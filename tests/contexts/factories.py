@@ -1,0 +1,106 @@
+"""Small factories for the contexts models: a project, principals with memberships, a task with a
+leased current run and an execution request. Tests build their world from these, not from seed_demo."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from contexts.models import ExecutionRequest, Membership, Permission, Principal, Project, Task, TaskRun
+from contexts.tokens import VerifiedToken
+
+ALL_PERMISSIONS = [p.value for p in Permission]
+T = TypeVar("T")
+HOST_CLIENT = "tjwater-agent-mcp"
+
+
+def issuer() -> str:
+    return settings.TJWATER_OIDC_ISSUER or settings.TJWATER_DEV_ISSUER_ID
+
+
+def project(slug: str | None = None) -> Project:
+    slug = slug or f"proj-{uuid.uuid4().hex[:10]}"
+    return Project.objects.create(slug=slug, name=slug.title())
+
+
+def principal(subject: str | None = None) -> Principal:
+    subject = subject or f"user-{uuid.uuid4().hex[:10]}"
+    return Principal.objects.create(issuer=issuer(), subject=subject, display_name=subject)
+
+
+def membership(who: Principal, where: Project, permissions: list[str] | None = None) -> Membership:
+    return Membership.objects.create(
+        principal=who, project=where, permissions=ALL_PERMISSIONS if permissions is None else permissions
+    )
+
+
+@dataclass
+class LeasedRun:
+    task: Task
+    run: TaskRun
+    execution_request: ExecutionRequest
+    session_id: str
+
+
+def leased_run(where: Project, *, session_id: str | None = None, lease_s: int = 600) -> LeasedRun:
+    """A task whose current run is leased to ``session_id`` for ``lease_s`` seconds, with one execution
+    request."""
+    n = uuid.uuid4().hex[:10]
+    session_id = session_id or f"session-exec-{n}"
+    task = Task.objects.create(project=where, title=f"Investigation {n}")
+    run = TaskRun.objects.create(
+        task=task,
+        sequence=1,
+        lease_holder=session_id,
+        lease_expires_at=timezone.now() + timedelta(seconds=lease_s),
+    )
+    request = ExecutionRequest.objects.create(run=run, request_id=f"exec-req-{n}")
+    return LeasedRun(task=task, run=run, execution_request=request, session_id=session_id)
+
+
+def supersede(run: TaskRun, *, session_id: str = "session-new", now: datetime | None = None) -> TaskRun:
+    """Start the next run of the task: the old one is superseded, the new one leased elsewhere."""
+    now = now or timezone.now()
+    TaskRun.objects.filter(pk=run.pk).update(superseded_at=now, status=TaskRun.Status.SUPERSEDED)
+    return TaskRun.objects.create(
+        task_id=run.task_id,
+        sequence=run.sequence + 1,
+        lease_holder=session_id,
+        lease_expires_at=now + timedelta(minutes=10),
+    )
+
+
+def token(who: Principal, *, client_id: str = HOST_CLIENT, scopes: tuple[str, ...] = ("mcp.query",)) -> VerifiedToken:
+    """A verified token as the validator would return it (service-level tests; the REST tests use real
+    dev-issuer tokens)."""
+    return VerifiedToken(
+        issuer=who.issuer,
+        subject=who.subject,
+        client_id=client_id,
+        scopes=frozenset(scopes),
+        audience=("tjwater-mcp",),
+        expires_at=int(timezone.now().timestamp()) + 3600,
+    )
+
+
+def committed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn`` in its own thread, i.e. on its own database connection in autocommit mode: its writes
+    are committed even while the calling test sits in its (rolled-back) transaction, so other
+    processes and threads see them."""
+
+    def run() -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()

@@ -1,0 +1,120 @@
+"""Django admin for contexts: list/filter without handles, and the operator's Revoke action."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from contexts import services
+from contexts.errors import ContextRevoked
+from contexts.models import ContextEvent, QueryContext
+from tests.contexts import factories
+from tests.contexts.conftest import CATALOG, World
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:contexts_querycontext_changelist"
+
+
+@pytest.fixture
+def operator_client(db: None) -> Client:
+    operator = get_user_model().objects.create_user("operator-1", password="pw-not-used", is_staff=True)
+    client = Client()
+    client.force_login(operator)
+    return client
+
+
+def bind(world: World, who: str = "alice", project: str = "ctx-alpha") -> services.CreatedContext:
+    principal = getattr(world, who)
+    return services.context_create(
+        token=factories.token(principal), project_slug=project, session_id="s", purpose="ordinary_chat", catalog=CATALOG
+    )
+
+
+def test_the_changelist_never_shows_a_handle_or_its_full_hash(operator_client: Client, world: World) -> None:
+    created = bind(world)
+    row = QueryContext.objects.get(pk=created.context_id)
+    page = operator_client.get(reverse(CHANGELIST)).content.decode()
+    assert row.handle_prefix in page
+    assert created.handle not in page
+    assert row.handle_hash not in page
+    detail = operator_client.get(reverse("admin:contexts_querycontext_change", args=[row.pk])).content.decode()
+    assert created.handle not in detail and row.handle_hash not in detail
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("state=active", {"alice-active", "bob-active"}),
+        ("state=revoked", {"alice-revoked"}),
+        ("purpose=ordinary_chat&state=active", {"alice-active", "bob-active"}),
+        ("project__id__exact={beta}", {"bob-active"}),
+        ("principal__id__exact={alice}&state=active", {"alice-active"}),
+    ],
+)
+def test_filters(operator_client: Client, world: World, query: str, expected: set[str]) -> None:
+    contexts = {
+        "alice-active": bind(world),
+        "alice-revoked": bind(world),
+        "bob-active": bind(world, "bob", "ctx-beta"),
+    }
+    services.context_revoke(
+        context_ids=[contexts["alice-revoked"].context_id], actor=services.Actor.system(job="t"), reason="t"
+    )
+    url = reverse(CHANGELIST) + "?" + query.format(beta=world.beta.pk, alice=world.alice.pk)
+    response = operator_client.get(url)
+    assert response.status_code == 200
+    shown = {pk for pk in response.context["cl"].result_list.values_list("pk", flat=True)}
+    assert shown == {contexts[name].context_id for name in expected}
+
+
+def test_revoke_action_asks_for_a_reason_then_revokes_with_the_operator(operator_client: Client, world: World) -> None:
+    first, second, untouched = bind(world), bind(world), bind(world)
+    ids = [str(first.context_id), str(second.context_id)]
+    form = {"action": "revoke_contexts", "_selected_action": ids}
+
+    confirm = operator_client.post(reverse(CHANGELIST), form)
+    assert confirm.status_code == 200
+    assert b"reason" in confirm.content
+    assert QueryContext.objects.filter(revoked_at__isnull=False).count() == 0
+
+    done = operator_client.post(reverse(CHANGELIST), {**form, "confirm": "yes", "reason": "laptop stolen"})
+    assert done.status_code == 302
+    revoked = QueryContext.objects.filter(pk__in=ids)
+    assert {(r.revoke_reason, r.revoked_by.split("#")[0]) for r in revoked} == {
+        ("laptop stolen", "operator:operator-1")
+    }
+    assert ContextEvent.objects.filter(action="revoked", context_id__in=ids).count() == 2
+    assert QueryContext.objects.get(pk=untouched.context_id).revoked_at is None
+
+    with pytest.raises(ContextRevoked):
+        services.resolve_context(
+            handle=first.handle, token=factories.token(world.alice), tool_name=None, required_permissions=[]
+        )
+
+
+def test_revoke_without_a_reason_changes_nothing(operator_client: Client, world: World) -> None:
+    created = bind(world)
+    form = {"action": "revoke_contexts", "_selected_action": [created.context_id], "confirm": "yes", "reason": ""}
+    response = operator_client.post(reverse(CHANGELIST), form)
+    assert response.status_code == 200  # the form again, with the error
+    assert QueryContext.objects.get(pk=created.context_id).revoked_at is None
+
+
+def test_non_staff_users_cannot_see_contexts(world: World) -> None:
+    user = get_user_model().objects.create_user("someone", password="pw-not-used")
+    client = Client()
+    client.force_login(user)
+    assert client.get(reverse(CHANGELIST)).status_code == 302  # to the admin login
+
+
+@pytest.mark.parametrize(
+    "model", ["project", "principal", "membership", "task", "taskrun", "executionrequest", "taskreport", "contextevent"]
+)
+def test_every_contexts_model_is_browsable(world: World, model: str) -> None:
+    admin_user = get_user_model().objects.create_superuser("root", password="pw-not-used")
+    client = Client()
+    client.force_login(admin_user)
+    assert client.get(reverse(f"admin:contexts_{model}_changelist")).status_code == 200

@@ -1,0 +1,157 @@
+"""/mcp accepts the tokens a Keycloak-shaped provider issues, and only those (R-AUTH, issue 6).
+
+Every token here comes from the real provider process (devtools/idp/provider.mjs): client_credentials,
+a user's login through its form, RFC 8693 token exchange. Our server is a real uvicorn process that
+trusts that provider as its one issuer and fetches its keys from the provider's JWKS.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+
+from contexts.models import Permission
+from tests.conftest import ServerProcess
+from tests.interop.conftest import Members, create_context
+from tests.interop.idp import USERS, IdentityProvider
+from tests.interop.mcp_http import mcp_request
+
+pytestmark = pytest.mark.e2e
+
+ALICE_SUB, _ = USERS["alice"]
+ALL_PERMISSIONS = [p.value for p in Permission]
+OTHER_RESOURCE = "https://other.example/api"
+
+
+def server_env(idp: IdentityProvider, **extra: str) -> dict[str, str]:
+    """Our server trusting ``idp`` as its only issuer (the dev issuer off)."""
+    return {
+        "TJWATER_OIDC_ISSUER": idp.issuer,
+        "TJWATER_DEV_ISSUER": "0",
+        "TJWATER_MCP_AUDIENCE": idp.audience,
+        **extra,
+    }
+
+
+@dataclass
+class Deployment:
+    idp: IdentityProvider
+    server: ServerProcess
+    members: Members
+
+    @property
+    def mcp(self) -> str:
+        return f"{self.server.url}/mcp"
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    idp: IdentityProvider, start_server: Callable[..., ServerProcess], members_factory: Callable[..., Members]
+) -> Deployment:
+    members = members_factory(idp.issuer, {ALICE_SUB: ALL_PERMISSIONS})
+    return Deployment(idp=idp, server=start_server(**server_env(idp)), members=members)
+
+
+def test_client_credentials_token_reads_the_catalog_and_nothing_else(deployment: Deployment) -> None:
+    token = deployment.idp.client_credentials_token()
+    discover = mcp_request(deployment.mcp, token, "server/discover")
+    assert discover.status == 200
+    assert set(discover.result["capabilities"]) >= {"tools", "resources"}
+    listed = mcp_request(deployment.mcp, token, "tools/list")
+    assert listed.status == 200
+    assert "list_elements" in {tool["name"] for tool in listed.result["tools"]}
+
+    call = mcp_request(
+        deployment.mcp,
+        token,
+        "tools/call",
+        {"name": "list_elements", "arguments": {"element_type": "pipe", "context_handle": "x" * 43}},
+    )
+    assert call.status == 403
+    challenge = call.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert 'error="insufficient_scope"' in challenge
+    assert "mcp.query" in challenge
+
+
+def test_exchanged_user_token_binds_a_context_and_calls_a_tool(deployment: Deployment) -> None:
+    user_token = deployment.idp.user_token("alice")
+    # The user's own token is for the host (aud urn:tjwater:host, azp tjwater-host): not for /mcp.
+    assert mcp_request(deployment.mcp, user_token, "tools/list").status == 401
+
+    token = deployment.idp.exchange(user_token)
+    handle = create_context(deployment.server.url, token, deployment.members.project_slug)
+    call = mcp_request(
+        deployment.mcp,
+        token,
+        "tools/call",
+        {"name": "list_elements", "arguments": {"element_type": "pipe", "context_handle": handle}},
+    )
+    assert call.status == 200
+    result = call.result
+    assert result.get("isError") is not True, result
+    assert result["resultType"] == "complete"
+    assert result["structuredContent"]["data"]["items"] == []  # the interop project has no network
+    # The exchanged token carries mcp.query and mcp.context.bind only, not the catalog scope.
+    assert mcp_request(deployment.mcp, token, "tools/list").status == 403
+
+
+def test_token_for_another_audience_is_refused(deployment: Deployment) -> None:
+    service = deployment.idp.client_credentials_token(resource=OTHER_RESOURCE)
+    answer = mcp_request(deployment.mcp, service, "tools/list")
+    assert answer.status == 401
+    assert 'error="invalid_token"' in answer.headers["www-authenticate"]
+
+    user = deployment.idp.exchange(deployment.idp.user_token("alice"), resource=OTHER_RESOURCE)
+    assert mcp_request(deployment.mcp, user, "tools/list").status == 401
+    # The same grant with our resource works: only the audience differs.
+    assert mcp_request(deployment.mcp, deployment.idp.client_credentials_token(), "tools/list").status == 200
+
+
+def test_key_rotation_needs_no_restart_and_dropped_keys_stop_working(
+    provider_factory: Callable[..., IdentityProvider], start_server: Callable[..., ServerProcess]
+) -> None:
+    idp = provider_factory()
+    # A zero refetch cooldown: the validator may refetch the JWKS on every unknown kid (the default
+    # 30 s would make this test wait; the cooldown itself is the validator's own test).
+    server = start_server(**server_env(idp, TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S="0"))
+    mcp = f"{server.url}/mcp"
+    old = idp.client_credentials_token()
+    assert mcp_request(mcp, old, "tools/list").status == 200
+
+    idp.rotate(drop_old=False)  # new signing key, old one still published
+    rotated = idp.client_credentials_token()
+    assert mcp_request(mcp, rotated, "tools/list").status == 200  # unknown kid → refetch
+    assert mcp_request(mcp, old, "tools/list").status == 200
+
+    idp.rotate(drop_old=True)  # only the newest key is published now
+    newest = idp.client_credentials_token()
+    assert mcp_request(mcp, newest, "tools/list").status == 200  # refetch replaces the key cache
+    for dropped in (old, rotated):
+        answer = mcp_request(mcp, dropped, "tools/list")
+        assert answer.status == 401
+        assert 'error="invalid_token"' in answer.headers["www-authenticate"]
+    assert server.process.poll() is None  # the same server process throughout
+
+
+def test_provider_down_is_a_retryable_503_not_a_401_and_not_data(
+    provider_factory: Callable[..., IdentityProvider], start_server: Callable[..., ServerProcess]
+) -> None:
+    idp = provider_factory()
+    # A one-second key cache, so the keys must be fetched again while the provider is down.
+    server = start_server(**server_env(idp, TJWATER_OIDC_JWKS_CACHE_S="1"))
+    mcp = f"{server.url}/mcp"
+    token = idp.client_credentials_token()
+    assert mcp_request(mcp, token, "tools/list").status == 200
+
+    idp.stop()
+    time.sleep(1.2)
+    answer = mcp_request(mcp, token, "tools/list")
+    assert answer.status == 503
+    assert answer.message is not None
+    assert "result" not in answer.message and "tools" not in str(answer.message)
+    assert "temporarily unavailable" in str(answer.message).lower()
+    assert "invalid_token" not in answer.headers.get("www-authenticate", "")

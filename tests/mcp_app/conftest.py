@@ -1,0 +1,140 @@
+"""Fixtures for the MCP endpoint tests: a committed project with the EPANET Net1 network (through the
+real importer), principals with memberships, dev-issuer tokens, and uvicorn servers bound to the
+project through the development stand-in for context handles (``TJWATER_DEV_PROJECT``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import psycopg
+import pytest
+import wntr
+from django.conf import settings
+
+from contexts import dev_issuer
+from contexts.models import Membership, Principal, Project
+from queries.importer.epanet import import_network
+from tests.conftest import ServerProcess
+
+PROJECT_SLUG = "mcp-e2e-net1"
+CLIENT = "tjwater-agent-mcp"
+HANDLE = "dev-handle-ignored-by-the-stand-in"
+NET1 = Path(wntr.__file__).parent / "library" / "networks" / "Net1.inp"
+PROTOCOL = "2026-07-28"
+# principal subject -> permissions on the project (None: no membership)
+PRINCIPALS: dict[str, list[str] | None] = {
+    "alice": ["webgis.view"],
+    "bob": ["webgis.view"],
+    "carol": ["scada.view"],  # member, but without the network permission
+    "dave": ["webgis.view"],  # concurrency tests
+    "erin": ["webgis.view"],
+    "frank": ["webgis.view"],
+    "mallory": None,  # verified token, no membership
+}
+
+
+@dataclass
+class E2EProject:
+    project_id: int
+    slug: str
+
+
+@pytest.fixture(scope="session")
+def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EProject]:
+    """Committed rows (the uvicorn processes use the same test database), removed at the end."""
+    with django_db_blocker.unblock():
+        Project.objects.filter(slug=PROJECT_SLUG).delete()
+        project = Project.objects.create(slug=PROJECT_SLUG, name="MCP end-to-end (Net1)")
+        import_network(project=project, inp_path=NET1, baseline_hours=0)
+        for subject, permissions in PRINCIPALS.items():
+            principal, _ = Principal.objects.get_or_create(issuer=settings.TJWATER_DEV_ISSUER_ID, subject=subject)
+            if permissions is not None:
+                Membership.objects.create(principal=principal, project=project, permissions=permissions)
+    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG)
+    with django_db_blocker.unblock():
+        Project.objects.filter(pk=project.pk).delete()
+        Principal.objects.filter(issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=list(PRINCIPALS)).delete()
+
+
+def token(subject: str = "alice", scopes: str = "mcp.catalog.read mcp.query", client: str = CLIENT) -> str:
+    return dev_issuer.mint_token(subject=subject, client_id=client, scopes=scopes.split(), ttl_s=600)
+
+
+SERVER_ENV = {
+    "TJWATER_DEV_PROJECT": PROJECT_SLUG,
+    "TJWATER_MCP_MAX_CONCURRENT": "4",
+    "TJWATER_MCP_SLOT_LEASE_S": "1.5",
+}
+
+
+@pytest.fixture(scope="session")
+def mcp_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def mcp_server_b(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    """A second process on the same database and Redis (cross-process limits)."""
+    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+
+
+def rpc_body(method: str, params: dict[str, Any] | None = None, request_id: int = 1) -> dict[str, Any]:
+    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def rpc_headers(method: str, bearer: str | None, name: str | None = None, **extra: str) -> dict[str, str]:
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": PROTOCOL,
+        "mcp-method": method,
+    }
+    if name is not None:
+        headers["mcp-name"] = name
+    if bearer is not None:
+        headers["authorization"] = f"Bearer {bearer}"
+    headers.update(extra)
+    return headers
+
+
+def parse_rpc_response(response: httpx2.Response) -> dict[str, Any]:
+    """The JSON-RPC reply of a POST, whether sent as JSON or as the last SSE event."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        events = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        return json.loads(events[-1])
+    return response.json()
+
+
+def call_tool_raw(
+    server: ServerProcess, name: str, arguments: dict[str, Any], bearer: str, timeout: float = 30
+) -> dict[str, Any]:
+    response = httpx2.post(
+        f"{server.url}/mcp",
+        json=rpc_body("tools/call", {"name": name, "arguments": {"context_handle": HANDLE, **arguments}}),
+        headers=rpc_headers("tools/call", bearer, name=name),
+        timeout=timeout,
+    )
+    return parse_rpc_response(response)
+
+
+def active_sleeps(dsn_dbname: str) -> int:
+    """Backends currently running the test-only pg_sleep query."""
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=db.get("PORT") or 5432,
+        user=db.get("USER") or "postgres",
+        dbname=dsn_dbname,
+        autocommit=True,
+    ) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep%%' "
+            "AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,128 @@
+"""Cancellation down to PostgreSQL (R-PROTO-6), the query budget, and in-flight limits across two
+uvicorn processes (R-PAGE-7), all through the test-only ``test_slow_query`` tool (pg_sleep)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import ServerProcess
+from tests.mcp_app.conftest import (
+    HANDLE,
+    SERVER_ENV,
+    E2EProject,
+    active_sleeps,
+    call_tool_raw,
+    rpc_body,
+    rpc_headers,
+    token,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def db_name() -> str:
+    return settings.DATABASES["default"]["NAME"]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.02) -> float:
+    """Poll until ``predicate`` holds; return the seconds it took (fails after ``timeout``)."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+def open_slow_call(server: ServerProcess, subject: str, seconds: float) -> socket.socket:
+    """Send a tools/call over a raw socket and return it unread (closing it = the client going away)."""
+    body = json.dumps(
+        rpc_body("tools/call", {"name": "test_slow_query", "arguments": {"context_handle": HANDLE, "seconds": seconds}})
+    ).encode()
+    headers = rpc_headers("tools/call", token(subject), name="test_slow_query")
+    lines = ["POST /mcp HTTP/1.1", f"host: 127.0.0.1:{server.port}", f"content-length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in headers.items()]
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    return sock
+
+
+def slow_result(server: ServerProcess, subject: str, seconds: float) -> dict[str, Any]:
+    return call_tool_raw(server, "test_slow_query", {"seconds": seconds}, token(subject))["result"]
+
+
+def test_disconnect_cancels_the_sql_within_one_second(mcp_server: ServerProcess, e2e_project: E2EProject) -> None:
+    db = db_name()
+    baseline = active_sleeps(db)
+    sock = open_slow_call(mcp_server, "bob", 30)
+    wait_for(lambda: active_sleeps(db) == baseline + 1, timeout=10)
+    time.sleep(0.2)  # let the statement settle into pg_sleep
+    sock.close()
+    elapsed = wait_for(lambda: active_sleeps(db) == baseline, timeout=5, interval=0.005)
+    print(f"cancellation latency: disconnect -> gone from pg_stat_activity = {elapsed * 1000:.1f} ms")
+    assert elapsed < 1.0
+    wait_for(lambda: "mcp call cancelled backend_cancel_sent=True" in mcp_server.log(), timeout=5)
+    log = mcp_server.log()
+    assert "outcome=cancelled" in log
+    assert "tool=test_slow_query" in log
+    # The same principal can use the endpoint right away: the slot was released.
+    assert slow_result(mcp_server, "bob", 0.01)["isError"] is False
+
+
+def test_query_budget_is_enforced_in_the_database(
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject
+) -> None:
+    server = start_server(**{**SERVER_ENV, "TJWATER_MCP_QUERY_BUDGET_S": "1"}, REDIS_URL=settings.REDIS_URL)
+    started = time.monotonic()
+    result = slow_result(server, "erin", 5)
+    assert time.monotonic() - started < 3
+    assert result["isError"] is True
+    assert result["structuredContent"] == {
+        "code": "QUERY_TIMEOUT",
+        "message": "The query exceeded its time budget; narrow it and try again.",
+        "retryable": True,
+    }
+    server.stop()
+
+
+def test_four_in_flight_per_principal_and_project_across_two_processes(
+    mcp_server: ServerProcess, mcp_server_b: ServerProcess, e2e_project: E2EProject
+) -> None:
+    servers = [mcp_server, mcp_server_b] * 3
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        futures = [pool.submit(slow_result, server, "dave", 2.0) for server in servers]
+        time.sleep(0.5)
+        # Another principal on the same project is not affected by dave's slots.
+        other = slow_result(mcp_server_b, "erin", 0.01)
+        results = [f.result() for f in futures]
+    assert other["isError"] is False
+    codes = sorted("ok" if not r["isError"] else r["structuredContent"]["code"] for r in results)
+    assert codes == ["RATE_LIMITED", "RATE_LIMITED", "ok", "ok", "ok", "ok"]
+    limited = [r for r in results if r["isError"]]
+    assert all(r["structuredContent"]["retryable"] is True for r in limited)
+
+
+def test_killed_process_frees_its_slots(start_server: Callable[..., ServerProcess], mcp_server: ServerProcess) -> None:
+    doomed = start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+    db = db_name()
+    baseline = active_sleeps(db)
+    sockets = [open_slow_call(doomed, "frank", 4) for _ in range(4)]
+    wait_for(lambda: active_sleeps(db) >= baseline + 4, timeout=10)
+    doomed.process.kill()  # SIGKILL: no cleanup code runs
+    doomed.process.wait(timeout=5)
+    for sock in sockets:
+        sock.close()
+    # Its four leases are still in Redis: frank is at the limit on the surviving process...
+    assert slow_result(mcp_server, "frank", 0.01)["structuredContent"]["code"] == "RATE_LIMITED"
+    # ...until the leases run out (TJWATER_MCP_SLOT_LEASE_S=1.5 in these servers).
+    lease_s = float(SERVER_ENV["TJWATER_MCP_SLOT_LEASE_S"])
+    time.sleep(lease_s + 0.3)
+    assert slow_result(mcp_server, "frank", 0.01)["isError"] is False

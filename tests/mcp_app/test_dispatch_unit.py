@@ -1,0 +1,92 @@
+"""Unit-level pieces of the dispatch path: wire-schema validation (no remote $ref ever fetched), the
+inline size cap (R-PAGE-5) and the catalog."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from mcp_app.catalog import Catalog, build_catalog
+from mcp_app.dispatch import fit_inline, validate_arguments
+from queries.registry import ToolSpec, all_tools, input_object
+from queries.schemas.network import ElementPropertiesResult
+
+
+def spec_with(input_schema: dict[str, Any]) -> ToolSpec:
+    base = all_tools()[0]
+    return ToolSpec(
+        name="probe",
+        title="Probe",
+        description="probe",
+        input_schema=input_schema,
+        output_model=ElementPropertiesResult,
+        permissions=("webgis.view",),
+        source="x",
+        semantics="model_network",
+        invoke=base.invoke,
+        summarize=base.summarize,
+    )
+
+
+def test_remote_ref_is_never_fetched() -> None:
+    schema = input_object({"x": {"$ref": "http://127.0.0.1:9/never-served.json"}}, ["x"])
+    entry = Catalog([spec_with(schema)]).get("probe")
+    assert entry is not None
+    with pytest.raises(MCPError) as err:
+        validate_arguments(entry, {"context_handle": "h" * 20, "x": 1})
+    assert err.value.error.code == -32602
+
+
+def test_local_defs_resolve() -> None:
+    schema = input_object({"x": {"$ref": "#/$defs/small"}}, ["x"])
+    schema["$defs"] = {"small": {"type": "integer", "maximum": 3}}
+    entry = Catalog([spec_with(schema)]).get("probe")
+    assert entry is not None
+    assert validate_arguments(entry, {"context_handle": "h" * 20, "x": 2})["x"] == 2
+    with pytest.raises(MCPError):
+        validate_arguments(entry, {"context_handle": "h" * 20, "x": 4})
+
+
+def test_catalog_is_sorted_and_honours_the_allowlist(settings: Any) -> None:
+    names = [tool.name for tool in build_catalog().tools]
+    assert names == sorted(names)
+    settings.TJWATER_MCP_EXPOSED_TOOLS = ["list_elements"]
+    assert [tool.name for tool in build_catalog().tools] == ["list_elements"]
+
+
+def page_result(n: int, item_bytes: int = 300) -> dict[str, Any]:
+    items = [{"element_id": str(i), "blob": "x" * item_bytes} for i in range(n)]
+    return {
+        "source": "model_network",
+        "data": {"items": items, "total": 1000, "limit": n, "offset": 40, "has_more": True},
+        "page": {"total": 1000, "limit": n, "offset": 40, "has_more": True},
+        "truncated": False,
+        "continue_with": None,
+    }
+
+
+def test_small_results_pass_unchanged() -> None:
+    result = page_result(5)
+    assert fit_inline(json.loads(json.dumps(result)), {}, 12000) == result
+
+
+def test_large_page_is_cut_with_continuation() -> None:
+    args = {"context_handle": "secret-handle", "element_type": "pipe", "limit": 100, "offset": 40}
+    result = fit_inline(page_result(100), args, 12000)
+    size = len(json.dumps(result, separators=(",", ":")).encode())
+    assert size <= 12000
+    kept = len(result["data"]["items"])
+    assert 20 < kept < 100
+    assert result["truncated"] is True and result["data"]["has_more"] is True and result["page"]["has_more"] is True
+    assert result["continue_with"] == {"element_type": "pipe", "limit": kept, "offset": 40 + kept}
+    assert "secret-handle" not in json.dumps(result)
+
+
+def test_uncuttable_large_result_is_limit_exceeded() -> None:
+    from contexts.errors import LimitExceeded
+
+    with pytest.raises(LimitExceeded):
+        fit_inline({"data": {"blob": "x" * 20000}}, {}, 12000)

@@ -1,0 +1,146 @@
+"""The network tools end to end with the official SDK client (mode 2026-07-28) against real uvicorn:
+discover, tools/list, and every tool, with each structuredContent validated against its outputSchema."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from jsonschema import Draft202012Validator
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from referencing import Registry
+
+from tests.conftest import ServerProcess
+from tests.mcp_app.conftest import HANDLE, PROJECT_SLUG, token
+
+pytestmark = pytest.mark.e2e
+
+
+def run_client(server: ServerProcess, body: Callable[[Client], Awaitable[Any]], mode: str = "2026-07-28") -> Any:
+    async def main() -> Any:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token()}"}, timeout=30)
+        async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client:
+            return await body(client)
+
+    return anyio.run(main)
+
+
+def test_discover_with_sdk_client(mcp_server: ServerProcess) -> None:
+    async def body(client: Client) -> tuple[Any, Any]:
+        return client.server_capabilities, client.server_info
+
+    capabilities, info = run_client(mcp_server, body, mode="auto")
+    assert capabilities.tools is not None and capabilities.resources is not None
+    assert capabilities.prompts is None and capabilities.logging is None and capabilities.completions is None
+    assert "io.modelcontextprotocol/oauth-client-credentials" in capabilities.extensions
+    assert (info.name, info.version) == ("tjwater-mcp", "0.1.0")
+
+
+def test_tools_list_schemas(mcp_server: ServerProcess) -> None:
+    async def body(client: Client) -> Any:
+        return await client.list_tools()
+
+    listing = run_client(mcp_server, body)
+    tools = {tool.name: tool for tool in listing.tools}
+    assert {"get_element_properties", "list_elements", "get_network_options", "get_network_schema"} <= set(tools)
+    for tool in listing.tools:
+        schema = tool.input_schema
+        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(tool.output_schema)
+        assert schema["additionalProperties"] is False
+        assert "context_handle" in schema["required"]
+        assert not {"project", "project_id", "principal"} & set(schema["properties"])
+        assert tool.annotations is not None and tool.annotations.destructive_hint in (False, None)
+
+
+CALLS: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], None]]] = [
+    (
+        "get_element_properties",
+        {"element_type": "junction", "element_id": "10"},
+        lambda s: (
+            s["data"]["properties"]["elevation"] == pytest.approx(216.408, rel=1e-4)
+            and s["units"]["elevation"] == "m"
+            and s["source_ref"] == f"project:{PROJECT_SLUG}/junction/10"
+        ),
+    ),
+    (
+        "get_element_properties",
+        {"element_type": "pump", "element_id": "9"},
+        lambda s: s["data"]["properties"]["start_node_id"] == "9" and s["data"]["properties"]["end_node_id"] == "10",
+    ),
+    (
+        "list_elements",
+        {"element_type": "pipe", "limit": 5, "offset": 10},
+        lambda s: (
+            [i["element_id"] for i in s["data"]["items"]] == ["22", "31"]
+            and s["data"]["total"] == 12
+            and s["page"] == {"total": 12, "limit": 5, "offset": 10, "has_more": False}
+        ),
+    ),
+    (
+        "list_elements",
+        {"element_type": "junction", "limit": 3},
+        lambda s: len(s["data"]["items"]) == 3 and s["data"]["has_more"] is True and s["data"]["total"] == 9,
+    ),
+    (
+        "list_elements",
+        {"element_type": "valve"},
+        lambda s: s["data"]["items"] == [] and s["data"]["total"] == 0,
+    ),
+    (
+        "get_network_options",
+        {"kind": "time"},
+        lambda s: s["data"]["values"]["duration"] == 86400 and s["units"]["duration"] == "s",
+    ),
+    (
+        "get_network_options",
+        {"kind": "pump_energy", "pump_id": "9"},
+        lambda s: s["data"]["pump_id"] == "9",
+    ),
+    (
+        "get_network_schema",
+        {"kind": "pipe"},
+        lambda s: (
+            {"name": "length", "type": "number", "unit": "m", "enum": None, "description": ""}
+            in s["data"]["properties"]
+        ),
+    ),
+]
+
+
+def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) -> None:
+    async def body(client: Client) -> list[tuple[Any, Any]]:
+        listing = await client.list_tools()
+        schemas = {tool.name: tool.output_schema for tool in listing.tools}
+        results = []
+        for name, arguments, _ in CALLS:
+            result = await client.call_tool(name, {"context_handle": HANDLE, **arguments})
+            results.append((result, schemas[name]))
+        return results
+
+    results = run_client(mcp_server, body)
+    for (name, _, check), (result, schema) in zip(CALLS, results, strict=True):
+        assert result.is_error is False, (name, result.structured_content)
+        assert result.result_type == "complete"
+        Draft202012Validator(schema, registry=Registry()).validate(result.structured_content)
+        assert len(result.content) == 1 and result.content[0].type == "text" and len(result.content[0].text) < 300
+        structured = result.structured_content
+        assert structured["origin"] == "model_network" and structured["truncated"] is False
+        assert check(structured), (name, structured)
+
+
+def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
+    async def body(client: Client) -> Any:
+        return await client.call_tool("get_network_options", {"context_handle": HANDLE, "kind": "pump_energy"})
+
+    result = run_client(mcp_server, body)
+    assert result.is_error is True
+    assert result.structured_content == {
+        "code": "INVALID_PARAMETER",
+        "message": "pump_energy options need pump_id (the pump's element id).",
+        "retryable": False,
+    }
