@@ -33,6 +33,7 @@ from contexts.authentication import (
 )
 from contexts.errors import ApplicationError
 from contexts.models import ContextPurpose
+from contexts.tokens import VerifiedToken
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class ContextApiView(APIView):
         response._has_been_logged = True  # type: ignore[attr-defined]  # Django's private flag, see above
         return response
 
-    def verified_token(self, request: Request) -> Any:
+    def verified_token(self, request: Request) -> VerifiedToken:
         user = request.user
         if not isinstance(user, TokenUser):
             raise exceptions.NotAuthenticated()

@@ -68,8 +68,8 @@ def _run_in_transaction(fn: Callable[[], T], handle: BackendHandle, budget_ms: i
         with transaction.atomic():
             with connection.cursor() as cursor:
                 # Read-only: query services never write; evidence is saved elsewhere in its own transaction.
-                cursor.execute("SET TRANSACTION READ ONLY")
-                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [str(budget_ms)])
+                # One round trip; budget_ms is an int, so formatting it in is safe.
+                cursor.execute(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {int(budget_ms)}")
             handle.attach(connection.connection)
             try:
                 return fn()

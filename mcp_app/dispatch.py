@@ -16,9 +16,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from jsonschema.exceptions import ValidationError as SchemaValidationError
+from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from referencing.exceptions import Unresolvable
 
@@ -124,6 +125,14 @@ def _row_count(structured: dict[str, Any]) -> int:
     return 1
 
 
+def _resolve(token: VerifiedToken, args: dict[str, Any], entry: CatalogEntry) -> QueryScope:
+    """Resolve the scope in a worker thread, handing its database connection back to the pool after."""
+    try:
+        return resolve_scope(token=token, arguments=args, tool=entry.spec)
+    finally:
+        connection.close()
+
+
 class Dispatcher:
     """Serves ``tools/call`` for one process (catalog + limiter)."""
 
@@ -143,9 +152,7 @@ class Dispatcher:
         outcome = "ok"
         rows = 0
         try:
-            scope = await sync_to_async(resolve_scope, thread_sensitive=False)(
-                token=token, arguments=args, tool=entry.spec
-            )
+            scope = await anyio.to_thread.run_sync(_resolve, token, args, entry)
             if not caller_may_use(entry, scope):
                 outcome = "unknown_tool"
                 raise unknown_tool(name)
@@ -172,6 +179,8 @@ class Dispatcher:
                 is_error=False,
                 result_type="complete",
             )
+        except MCPError:
+            raise
         except ToolNotInContext:
             outcome = "unknown_tool"
             raise unknown_tool(name) from None
@@ -182,8 +191,6 @@ class Dispatcher:
             outcome = "cancelled"
             raise
         except Exception as exc:
-            if outcome == "unknown_tool":
-                raise
             outcome = "internal_error"
             logger.error("mcp tool failed tool=%s error_class=%s", name, type(exc).__name__)
             return internal_error_result()

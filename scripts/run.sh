@@ -19,7 +19,8 @@ trap cleanup INT TERM EXIT
 
 .venv/bin/celery -A tjwater worker --loglevel=INFO --concurrency=2 & pids+=($!)
 .venv/bin/celery -A tjwater beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
-.venv/bin/uvicorn tjwater.asgi:application --host 127.0.0.1 --port "$PORT" --lifespan on & pids+=($!)
+# No access log: the context REST API carries a handle in the DELETE path, and handles are never logged.
+.venv/bin/uvicorn tjwater.asgi:application --host 127.0.0.1 --port "$PORT" --lifespan on --no-access-log & pids+=($!)
 
 cat <<MSG
 

@@ -87,13 +87,16 @@ def choose_devices(
     return specs
 
 
-def _truth(results: SimulationResults, spec: DeviceSpec, slots: np.ndarray, wn: WaterNetworkModel) -> np.ndarray:
+def _truth(
+    results: SimulationResults, spec: DeviceSpec, slots: np.ndarray, wn: WaterNetworkModel, prefix: str
+) -> np.ndarray:
+    element = spec.element_id[len(prefix) :]
     if spec.quantity == "pressure":
-        series = results.node["pressure"][spec.element_id]
+        series = results.node["pressure"][element]
     elif spec.quantity == "flow":
-        series = results.link["flowrate"][spec.element_id]
+        series = results.link["flowrate"][element]
     else:  # level above the tank bottom = head - elevation
-        series = results.node["head"][spec.element_id] - wn.get_node(spec.element_id).elevation
+        series = results.node["head"][element] - wn.get_node(element).elevation
     t = series.index.to_numpy(dtype=float)
     return np.interp(slots, t, series.to_numpy(dtype=float))
 
@@ -137,8 +140,10 @@ def write_scada(
     hours: float,
     rng: np.random.Generator,
     stuck_device: str | None,
+    element_prefix: str = "",
 ) -> dict[str, int]:
-    """Create the devices and COPY their readings (cleaned with ``clean_series``)."""
+    """Create the devices and COPY their readings (cleaned with ``clean_series``). ``element_prefix``
+    is the tile prefix of the specs' element ids (the results use the network's own ids)."""
     devices = ScadaDevice.objects.bulk_create(
         ScadaDevice(
             project_id=project_id,
@@ -160,7 +165,7 @@ def write_scada(
     per_device: list[tuple[int, list[float | None], list[float | None], list[str]]] = []
     for device, spec in zip(devices, specs, strict=True):
         stuck = (20 * 12, 26 * 12) if spec.device_id == stuck_device else None
-        monitored = synthesize(spec, _truth(results, spec, slots, wn), rng, stuck=stuck)
+        monitored = synthesize(spec, _truth(results, spec, slots, wn, element_prefix), rng, stuck=stuck)
         threshold = {"pressure": 2.0, "flow": 0.0, "level": 0.3}[spec.quantity]
         if spec.quantity == "flow":
             present = [abs(v) for v in monitored if v is not None]

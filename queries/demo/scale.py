@@ -12,6 +12,7 @@ from __future__ import annotations
 import time as _time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
@@ -96,7 +97,7 @@ def generate_scale_network(
 
         t = _time.monotonic()
         write_baseline(project_id=project.pk, wn=wn, results=results, start=start, id_prefix=first)
-        geometry0, specs0 = tile0
+        _, specs0 = tile0
         demo_scada.write_scada(
             project_id=project.pk, wn=wn, results=results,
             specs=[_prefixed_spec(s, first) for s in specs0], start=start, hours=baseline_hours,
@@ -105,11 +106,12 @@ def generate_scale_network(
         summary.phases["tile0_series"] = _time.monotonic() - t
         t = _time.monotonic()
         with connection.cursor() as cur:
+            _stage_tile(cur, project.pk, first)
             for i in range(tiles):
                 for j in range(tiles):
                     if i == 0 and j == 0:
                         continue
-                    _copy_tile(cur, project.pk, first, tile_prefix(i, j))
+                    _copy_tile(cur, project.pk, tile_prefix(i, j))
         summary.phases["copy_tiles"] = _time.monotonic() - t
         t = _time.monotonic()
         for model in (NodeBaseline, LinkBaseline):
@@ -132,42 +134,70 @@ def _prefixed_spec(spec: demo_scada.DeviceSpec, prefix: str) -> demo_scada.Devic
     )  # fmt: skip
 
 
-def _copy_tile(cur: object, project_id: int, src: str, dst: str) -> None:
-    """Copy tile ``src``'s baseline, devices and readings to tile ``dst`` with re-prefixed ids; device
-    locations move with the tile (the new tile's element geometry)."""
+def _stage_tile(cur: Any, project_id: int, src: str) -> None:
+    """Stage tile ``src``'s baseline, devices and readings in temporary tables (dropped at commit)
+    with the prefix stripped, so each tile copy reads a small table instead of the growing project."""
     n = len(src) + 1
-    for table, cols in (
-        (NodeBaseline._meta.db_table, "time, pressure, head, demand, quality"),
-        (LinkBaseline._meta.db_table, "time, flow, velocity, headloss, status, setting"),
-    ):
-        cur.execute(  # type: ignore[attr-defined]
-            f'INSERT INTO "{table}" (project_id, element_type, element_id, {cols}) '  # noqa: S608 - our names
-            f"SELECT project_id, element_type, %s || substr(element_id, %s), {cols} FROM \"{table}\" "
-            "WHERE project_id = %s AND element_id LIKE %s ORDER BY element_type, element_id, time",
-            [dst, n, project_id, src + "%"],
-        )
-    dev = ScadaDevice._meta.db_table
-    cur.execute(  # type: ignore[attr-defined]
-        f'INSERT INTO "{dev}" (project_id, device_id, name, quantity, unit, element_type, element_id, location, '  # noqa: S608
-        "sample_interval_s, accuracy) "
-        "SELECT d.project_id, %s || substr(d.device_id, %s), d.name, d.quantity, d.unit, d.element_type, "
-        "%s || substr(d.element_id, %s), "
-        "COALESCE((SELECT ST_Centroid(e.geom) FROM queries_junction e WHERE e.project_id = d.project_id "
-        "  AND e.element_id = %s || substr(d.element_id, %s)), "
-        " (SELECT ST_LineInterpolatePoint(e.geom, 0.5) FROM queries_pipe e WHERE e.project_id = d.project_id "
-        "  AND e.element_id = %s || substr(d.element_id, %s)), "
-        " (SELECT e.geom FROM queries_tank e WHERE e.project_id = d.project_id "
-        "  AND e.element_id = %s || substr(d.element_id, %s))), "
-        "d.sample_interval_s, d.accuracy "
-        f'FROM "{dev}" d WHERE d.project_id = %s AND d.device_id LIKE %s ORDER BY d.device_id',
-        [dst, n, dst, n, dst, n, dst, n, dst, n, project_id, src + "%"],
+    like = src + "%"
+    cur.execute(
+        "CREATE TEMP TABLE tile_node ON COMMIT DROP AS SELECT element_type, substr(element_id, %s) AS eid, time, "
+        f'pressure, head, demand, quality FROM "{NodeBaseline._meta.db_table}" '  # noqa: S608 - our names
+        "WHERE project_id = %s AND element_id LIKE %s ORDER BY element_type, element_id, time",
+        [n, project_id, like],
     )
-    rd = ScadaReading._meta.db_table
-    cur.execute(  # type: ignore[attr-defined]
-        f'INSERT INTO "{rd}" (device_id, time, monitored_value, cleaned_value, quality) '  # noqa: S608
-        f'SELECT dn.id, r.time, r.monitored_value, r.cleaned_value, r.quality FROM "{rd}" r '
-        f'JOIN "{dev}" d0 ON d0.id = r.device_id '
-        f'JOIN "{dev}" dn ON dn.project_id = d0.project_id AND dn.device_id = %s || substr(d0.device_id, %s) '
-        "WHERE d0.project_id = %s AND d0.device_id LIKE %s ORDER BY r.time, dn.id",
-        [dst, n, project_id, src + "%"],
+    cur.execute(
+        "CREATE TEMP TABLE tile_link ON COMMIT DROP AS SELECT element_type, substr(element_id, %s) AS eid, time, "
+        f'flow, velocity, headloss, status, setting FROM "{LinkBaseline._meta.db_table}" '  # noqa: S608
+        "WHERE project_id = %s AND element_id LIKE %s ORDER BY element_type, element_id, time",
+        [n, project_id, like],
+    )
+    cur.execute(
+        "CREATE TEMP TABLE tile_device ON COMMIT DROP AS SELECT substr(device_id, %s) AS did, name, quantity, "
+        "unit, element_type, substr(element_id, %s) AS eid, sample_interval_s, accuracy "
+        f'FROM "{ScadaDevice._meta.db_table}" WHERE project_id = %s AND device_id LIKE %s',  # noqa: S608
+        [n, n, project_id, like],
+    )
+    cur.execute(
+        "CREATE TEMP TABLE tile_reading ON COMMIT DROP AS SELECT substr(d.device_id, %s) AS did, r.time, "
+        "r.monitored_value, r.cleaned_value, r.quality "
+        f'FROM "{ScadaReading._meta.db_table}" r JOIN "{ScadaDevice._meta.db_table}" d ON d.id = r.device_id '  # noqa: S608
+        "WHERE d.project_id = %s AND d.device_id LIKE %s",
+        [n, project_id, like],
+    )
+
+
+def _copy_tile(cur: Any, project_id: int, dst: str) -> None:
+    """Copy the staged tile to tile ``dst`` with re-prefixed ids; device locations move with the
+    tile (taken from the new tile's element geometry)."""
+    cur.execute(
+        f'INSERT INTO "{NodeBaseline._meta.db_table}" (project_id, element_type, element_id, time, pressure, '  # noqa: S608
+        "head, demand, quality) SELECT %s, element_type, %s || eid, time, pressure, head, demand, quality "
+        "FROM tile_node",
+        [project_id, dst],
+    )
+    cur.execute(
+        f'INSERT INTO "{LinkBaseline._meta.db_table}" (project_id, element_type, element_id, time, flow, '  # noqa: S608
+        "velocity, headloss, status, setting) SELECT %s, element_type, %s || eid, time, flow, velocity, "
+        "headloss, status, setting FROM tile_link",
+        [project_id, dst],
+    )
+    cur.execute(
+        f'INSERT INTO "{ScadaDevice._meta.db_table}" (project_id, device_id, name, quantity, unit, '  # noqa: S608
+        "element_type, element_id, location, sample_interval_s, accuracy) "
+        "SELECT %s, %s || t.did, t.name, t.quantity, t.unit, t.element_type, %s || t.eid, "
+        "COALESCE(j.geom, tk.geom, ST_LineInterpolatePoint(p.geom, 0.5)), t.sample_interval_s, t.accuracy "
+        "FROM tile_device t "
+        "LEFT JOIN queries_junction j ON t.element_type = 'junction' AND j.project_id = %s "
+        "  AND j.element_id = %s || t.eid "
+        "LEFT JOIN queries_tank tk ON t.element_type = 'tank' AND tk.project_id = %s AND tk.element_id = %s || t.eid "
+        "LEFT JOIN queries_pipe p ON t.element_type = 'pipe' AND p.project_id = %s AND p.element_id = %s || t.eid "
+        "ORDER BY t.did",
+        [project_id, dst, dst, project_id, dst, project_id, dst, project_id, dst],
+    )
+    cur.execute(
+        f'INSERT INTO "{ScadaReading._meta.db_table}" (device_id, time, monitored_value, cleaned_value, quality) '  # noqa: S608
+        "SELECT d.id, t.time, t.monitored_value, t.cleaned_value, t.quality FROM tile_reading t "
+        f'JOIN "{ScadaDevice._meta.db_table}" d ON d.project_id = %s AND d.device_id = %s || t.did '
+        "ORDER BY t.time, d.id",
+        [project_id, dst],
     )

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import wntr
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from wntr.epanet.exceptions import EpanetException
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
@@ -482,14 +482,22 @@ def import_network(
     geometry = network_geometry(wn, georef)
     results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes) if baseline_hours > 0 else None
     summary = ImportSummary(project_slug=project.slug)
-    with transaction.atomic():
-        # Lock the project row so two imports of the same project serialize instead of interleaving.
-        Project.objects.select_for_update().filter(pk=project.pk).first()
-        delete_network(project.pk)
-        summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
-        if results is not None:
-            summary.counts.update(write_baseline(project_id=project.pk, wn=wn, results=results, start=start))
-            summary.baseline_steps = len(results.node["pressure"].index)
+    try:
+        with transaction.atomic():
+            # Lock the project row so two imports of the same project serialize, not interleave.
+            Project.objects.select_for_update().filter(pk=project.pk).first()
+            delete_network(project.pk)
+            summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
+            if results is not None:
+                summary.counts.update(write_baseline(project_id=project.pk, wn=wn, results=results, start=start))
+                summary.baseline_steps = len(results.node["pressure"].index)
+    except (DataError, IntegrityError) as exc:
+        # The data does not fit the model (e.g. an id longer than 64 characters, a duplicate id): the
+        # transaction rolled back, so the previous network is untouched.
+        raise NetworkImportError(
+            f"cannot store the network from {inp_path.name} ({exc.__class__.__name__}); "
+            "the previous network is unchanged"
+        ) from exc
     summary.seconds = _time.monotonic() - t0
     logger.info("imported network into project %s: %s", project.slug, summary.counts)
     return summary

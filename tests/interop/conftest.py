@@ -10,7 +10,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from tests.interop.idp import IdentityProvider, start_provider
+from tests.conftest import ServerProcess
+from tests.interop.idp import ADMIN_CLIENT_ID, ADMIN_CLIENT_SECRET, IdentityProvider, start_provider
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,29 @@ def provider_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
 def idp(provider_factory: Callable[..., IdentityProvider]) -> IdentityProvider:
     """One shared provider for tests that do not rotate its keys or stop it."""
     return provider_factory()
+
+
+def idp_env(idp: IdentityProvider, **extra: str) -> dict[str, str]:
+    """Server environment trusting ``idp`` as the one issuer: bearer tokens on /mcp and the context API
+    (the dev issuer off) and operator sign-in to the admin (mozilla-django-oidc)."""
+    return {
+        "TJWATER_OIDC_ISSUER": idp.issuer,
+        "TJWATER_DEV_ISSUER": "0",
+        "TJWATER_MCP_AUDIENCE": idp.audience,
+        "OIDC_RP_CLIENT_ID": ADMIN_CLIENT_ID,
+        "OIDC_RP_CLIENT_SECRET": ADMIN_CLIENT_SECRET,
+        "OIDC_OP_AUTHORIZATION_ENDPOINT": idp.endpoint("auth"),
+        "OIDC_OP_TOKEN_ENDPOINT": idp.endpoint("token"),
+        "OIDC_OP_USER_ENDPOINT": idp.endpoint("userinfo"),
+        "OIDC_OP_JWKS_ENDPOINT": idp.endpoint("certs"),
+        **extra,
+    }
+
+
+@pytest.fixture(scope="session")
+def idp_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
+    """One server trusting the shared provider (shared by the admin and the /mcp interop tests)."""
+    return start_server(**idp_env(idp))
 
 
 @pytest.fixture(autouse=True)

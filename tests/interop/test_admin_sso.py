@@ -6,14 +6,19 @@ a real uvicorn process configured with the provider's endpoints.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 
+from contexts.models import Permission, QueryContext
+from contexts.services import hash_handle
 from tests.conftest import ServerProcess
-from tests.interop.idp import ADMIN_CLIENT_ID, ADMIN_CLIENT_SECRET, USERS, IdentityProvider, submit_login
+from tests.interop.conftest import Members, create_context, idp_env
+from tests.interop.idp import USERS, IdentityProvider, submit_login
+from tests.interop.mcp_http import mcp_request
 
 pytestmark = pytest.mark.e2e
 
@@ -22,21 +27,9 @@ BOB_SUB, _ = USERS["bob"]
 LOCAL_PASSWORD = "local-admin-password-for-test"  # noqa: S105 - a throwaway test credential
 
 
-def oidc_env(idp: IdentityProvider) -> dict[str, str]:
-    return {
-        "OIDC_RP_CLIENT_ID": ADMIN_CLIENT_ID,
-        "OIDC_RP_CLIENT_SECRET": ADMIN_CLIENT_SECRET,
-        "OIDC_OP_ISSUER": idp.issuer,
-        "OIDC_OP_AUTHORIZATION_ENDPOINT": idp.endpoint("auth"),
-        "OIDC_OP_TOKEN_ENDPOINT": idp.endpoint("token"),
-        "OIDC_OP_USER_ENDPOINT": idp.endpoint("userinfo"),
-        "OIDC_OP_JWKS_ENDPOINT": idp.endpoint("certs"),
-    }
-
-
 @pytest.fixture(scope="module")
-def sso_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
-    return start_server(**oidc_env(idp))
+def sso_server(idp_server: ServerProcess) -> ServerProcess:
+    return idp_server
 
 
 @pytest.fixture
@@ -79,6 +72,47 @@ def test_operator_signs_in_and_lands_in_the_admin_as_staff(
         assert user.email == "alice@tjwater.test"
 
 
+def test_operator_revokes_a_context_in_the_admin_and_it_stops_working(
+    sso_server: ServerProcess,
+    sso_users: None,
+    idp: IdentityProvider,
+    members_factory: Callable[..., Members],
+    django_db_blocker: object,
+    browser: httpx2.Client,
+) -> None:
+    members = members_factory(idp.issuer, {ALICE_SUB: [p.value for p in Permission]})
+    token = idp.exchange(idp.user_token("alice"))
+    handle = create_context(sso_server.url, token, members.project_slug)
+    call = {"name": "list_elements", "arguments": {"element_type": "pipe", "context_handle": handle}}
+    assert mcp_request(f"{sso_server.url}/mcp", token, "tools/call", call).result.get("isError") is not True
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        context_id = QueryContext.objects.get(handle_hash=hash_handle(handle)).pk
+
+    assert sign_in(browser, sso_server, "alice").status_code == 200
+    changelist = browser.get(f"{sso_server.url}/admin/contexts/querycontext/")
+    assert changelist.status_code == 200
+    assert handle not in changelist.text  # the admin never shows handles (R-CTX-5)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', changelist.text)
+    assert csrf is not None
+    action = {"csrfmiddlewaretoken": csrf.group(1), "action": "revoke_contexts", "_selected_action": str(context_id)}
+    confirm = browser.post(f"{sso_server.url}/admin/contexts/querycontext/", data=action)
+    assert confirm.status_code == 200 and "Revoke these 1 context(s)?" in confirm.text
+    done = browser.post(
+        f"{sso_server.url}/admin/contexts/querycontext/",
+        data={**action, "confirm": "yes", "reason": "interop test: operator revokes"},
+    )
+    assert done.status_code == 200 and "Revoked 1 context(s)." in done.text
+
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        revoked = QueryContext.objects.get(pk=context_id)
+    assert revoked.revoked_at is not None
+    assert revoked.revoke_reason == "interop test: operator revokes"
+    assert ALICE_SUB in revoked.revoked_by
+    refused = mcp_request(f"{sso_server.url}/mcp", token, "tools/call", call).result
+    assert refused["isError"] is True
+    assert refused["structuredContent"]["code"].startswith("CONTEXT_")
+
+
 def test_non_operator_is_refused_with_a_page_not_a_redirect_loop(
     sso_server: ServerProcess, sso_users: None, django_db_blocker: object, browser: httpx2.Client
 ) -> None:
@@ -109,9 +143,7 @@ def post_local_login(browser: httpx2.Client, url: str) -> httpx2.Response:
     """Post the admin password form the way a script would (its own CSRF cookie and matching token)."""
     csrf = "interopcsrftokenvalue0123456789a"  # any 32 alphanumerics: Django compares cookie and form
     browser.cookies.set("csrftoken", csrf)
-    return browser.post(
-        url, data={"username": "local-admin", "password": LOCAL_PASSWORD, "csrfmiddlewaretoken": csrf}
-    )
+    return browser.post(url, data={"username": "local-admin", "password": LOCAL_PASSWORD, "csrfmiddlewaretoken": csrf})
 
 
 @pytest.fixture
@@ -134,11 +166,10 @@ def test_with_debug_off_there_is_no_local_password_login(
     start_server: Callable[..., ServerProcess], idp: IdentityProvider, local_admin: None
 ) -> None:
     server = start_server(
-        **oidc_env(idp),
+        **idp_env(idp),
         DEBUG="0",
         SECRET_KEY="interop-test-secret-key-not-used-anywhere-else-0123456789",
         ALLOWED_HOSTS="127.0.0.1",
-        TJWATER_DEV_ISSUER="0",
     )
     with httpx2.Client(timeout=15) as browser:
         for path in ("/admin/login/", "/admin/login/?local=1"):

@@ -20,13 +20,15 @@ import pytest
 from django.conf import settings
 
 from contexts.models import Permission
-from tests.conftest import ROOT, ServerProcess
-from tests.interop.conftest import Members, create_context
+from tests.conftest import ROOT
 from tests.interop.conformance import DEVTOOLS, NODE_BIN, node_env
+from tests.interop.conftest import Members, create_context
 
 pytestmark = pytest.mark.e2e
 
-INSPECTOR_JS = DEVTOOLS / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
+INSPECTOR_JS = (
+    DEVTOOLS / "node_modules" / "@modelcontextprotocol" / "inspector" / "clients" / "launcher" / "build" / "index.js"
+)
 SUBJECT = "inspector-user"
 
 
@@ -39,7 +41,7 @@ class InspectorRun:
 
 @dataclass
 class Setup:
-    server: ServerProcess
+    server_url: str
     token: str
     handle: str
     catalog: Path
@@ -52,7 +54,7 @@ def inspector(setup: Setup, *args: str) -> InspectorRun:
             str(NODE_BIN / "node"),
             str(INSPECTOR_JS),
             "--cli",
-            f"{setup.server.url}/mcp",
+            f"{setup.server_url}/mcp",
             "--protocol-era",
             "modern",
             "--header",
@@ -76,12 +78,11 @@ def inspector(setup: Setup, *args: str) -> InspectorRun:
 
 @pytest.fixture(scope="module")
 def setup(
-    start_server: Callable[..., ServerProcess],
+    live_server_url: str,
     members_factory: Callable[..., Members],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Setup:
     members = members_factory(settings.TJWATER_DEV_ISSUER_ID, {SUBJECT: [p.value for p in Permission]})
-    server = start_server()
     token = subprocess.run(
         [sys.executable, "manage.py", "mcp_token", "--sub", SUBJECT, "--client", "tjwater-agent-mcp"]
         + ["--scope", "mcp.catalog.read mcp.query mcp.context.bind"],
@@ -92,8 +93,8 @@ def setup(
         timeout=60,
         check=True,
     ).stdout.strip()
-    handle = create_context(server.url, token, members.project_slug)
-    return Setup(server, token, handle, tmp_path_factory.mktemp("inspector") / "catalog.json")
+    handle = create_context(live_server_url, token, members.project_slug)
+    return Setup(live_server_url, token, handle, tmp_path_factory.mktemp("inspector") / "catalog.json")
 
 
 def test_inspector_lists_our_tools(setup: Setup) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from contexts.models import Permission
 from tests.conftest import ServerProcess
-from tests.interop.conftest import Members, create_context
+from tests.interop.conftest import Members, create_context, idp_env
 from tests.interop.idp import USERS, IdentityProvider
 from tests.interop.mcp_http import mcp_request
 
@@ -24,16 +24,6 @@ pytestmark = pytest.mark.e2e
 ALICE_SUB, _ = USERS["alice"]
 ALL_PERMISSIONS = [p.value for p in Permission]
 OTHER_RESOURCE = "https://other.example/api"
-
-
-def server_env(idp: IdentityProvider, **extra: str) -> dict[str, str]:
-    """Our server trusting ``idp`` as its only issuer (the dev issuer off)."""
-    return {
-        "TJWATER_OIDC_ISSUER": idp.issuer,
-        "TJWATER_DEV_ISSUER": "0",
-        "TJWATER_MCP_AUDIENCE": idp.audience,
-        **extra,
-    }
 
 
 @dataclass
@@ -48,11 +38,9 @@ class Deployment:
 
 
 @pytest.fixture(scope="module")
-def deployment(
-    idp: IdentityProvider, start_server: Callable[..., ServerProcess], members_factory: Callable[..., Members]
-) -> Deployment:
+def deployment(idp: IdentityProvider, idp_server: ServerProcess, members_factory: Callable[..., Members]) -> Deployment:
     members = members_factory(idp.issuer, {ALICE_SUB: ALL_PERMISSIONS})
-    return Deployment(idp=idp, server=start_server(**server_env(idp)), members=members)
+    return Deployment(idp=idp, server=idp_server, members=members)
 
 
 def test_client_credentials_token_reads_the_catalog_and_nothing_else(deployment: Deployment) -> None:
@@ -111,13 +99,15 @@ def test_token_for_another_audience_is_refused(deployment: Deployment) -> None:
     assert mcp_request(deployment.mcp, deployment.idp.client_credentials_token(), "tools/list").status == 200
 
 
-def test_key_rotation_needs_no_restart_and_dropped_keys_stop_working(
+def test_key_rotation_needs_no_restart_and_a_provider_outage_is_a_retryable_503(
     provider_factory: Callable[..., IdentityProvider], start_server: Callable[..., ServerProcess]
 ) -> None:
+    """The issuer's life as one server sees it: keys rotate twice, then the provider goes down."""
     idp = provider_factory()
-    # A zero refetch cooldown: the validator may refetch the JWKS on every unknown kid (the default
-    # 30 s would make this test wait; the cooldown itself is the validator's own test).
-    server = start_server(**server_env(idp, TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S="0"))
+    # A zero refetch cooldown lets the validator refetch the JWKS on every unknown kid (the default 30 s
+    # would make this test wait; the cooldown itself is the validator's own test), and a one-second key
+    # cache makes the server fetch the keys again while the provider is down.
+    server = start_server(**idp_env(idp, TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S="0", TJWATER_OIDC_JWKS_CACHE_S="1"))
     mcp = f"{server.url}/mcp"
     old = idp.client_credentials_token()
     assert mcp_request(mcp, old, "tools/list").status == 200
@@ -134,24 +124,13 @@ def test_key_rotation_needs_no_restart_and_dropped_keys_stop_working(
         answer = mcp_request(mcp, dropped, "tools/list")
         assert answer.status == 401
         assert 'error="invalid_token"' in answer.headers["www-authenticate"]
-    assert server.process.poll() is None  # the same server process throughout
-
-
-def test_provider_down_is_a_retryable_503_not_a_401_and_not_data(
-    provider_factory: Callable[..., IdentityProvider], start_server: Callable[..., ServerProcess]
-) -> None:
-    idp = provider_factory()
-    # A one-second key cache, so the keys must be fetched again while the provider is down.
-    server = start_server(**server_env(idp, TJWATER_OIDC_JWKS_CACHE_S="1"))
-    mcp = f"{server.url}/mcp"
-    token = idp.client_credentials_token()
-    assert mcp_request(mcp, token, "tools/list").status == 200
 
     idp.stop()
-    time.sleep(1.2)
-    answer = mcp_request(mcp, token, "tools/list")
+    time.sleep(1.2)  # past the key cache: the next call must fetch the keys, and cannot
+    answer = mcp_request(mcp, newest, "tools/list")
     assert answer.status == 503
     assert answer.message is not None
     assert "result" not in answer.message and "tools" not in str(answer.message)
     assert "temporarily unavailable" in str(answer.message).lower()
     assert "invalid_token" not in answer.headers.get("www-authenticate", "")
+    assert server.process.poll() is None  # the same server process throughout

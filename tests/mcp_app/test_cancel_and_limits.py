@@ -25,7 +25,9 @@ from tests.mcp_app.conftest import (
     token,
 )
 
-pytestmark = pytest.mark.e2e
+# django_db: makes pytest-django create the test database even when only these tests are collected
+# (otherwise the session fixtures and the uvicorn processes would use the configured database).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
 
 def db_name() -> str:

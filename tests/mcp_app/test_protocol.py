@@ -11,7 +11,9 @@ import pytest
 from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import PROTOCOL, call_tool_raw, parse_rpc_response, rpc_body, rpc_headers, token
 
-pytestmark = pytest.mark.e2e
+# django_db: makes pytest-django create the test database even when only these tests are collected
+# (otherwise the session fixtures and the uvicorn processes would use the configured database).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
 
 def post(server: ServerProcess, body: dict, headers: dict[str, str]) -> httpx2.Response:
@@ -243,3 +245,28 @@ def test_unreachable_jwks_is_503_never_401(start_server: Callable[..., ServerPro
     }
     assert "tools" not in response.text
     server.stop()
+
+
+def test_session_headers_never_identify_anyone(mcp_server: ServerProcess) -> None:
+    session_headers = {"mcp-session-id": "0123456789abcdef", "last-event-id": "42"}
+    anonymous = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", None, **session_headers))
+    assert anonymous.status_code == 401
+    response = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", token(), **session_headers))
+    assert response.status_code == 200
+    assert "mcp-session-id" not in response.headers
+
+
+def test_transport_security_checks_host_and_origin(mcp_server: ServerProcess) -> None:
+    bearer = token()
+    bad_host = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", bearer, host="evil.example"))
+    assert bad_host.status_code == 421
+    bad_origin = post(
+        mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", bearer, origin="http://evil.example")
+    )
+    assert bad_origin.status_code == 403
+    same_origin = post(
+        mcp_server,
+        rpc_body("tools/list"),
+        rpc_headers("tools/list", bearer, origin=f"http://127.0.0.1:{mcp_server.port}"),
+    )
+    assert same_origin.status_code == 200

@@ -17,7 +17,9 @@ from referencing import Registry
 from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import HANDLE, PROJECT_SLUG, token
 
-pytestmark = pytest.mark.e2e
+# django_db: makes pytest-django create the test database even when only these tests are collected
+# (otherwise the session fixtures and the uvicorn processes would use the configured database).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
 
 def run_client(server: ServerProcess, body: Callable[[Client], Awaitable[Any]], mode: str = "2026-07-28") -> Any:

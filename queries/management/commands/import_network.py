@@ -35,6 +35,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         center = parse_center(options["center"])
+        if not Path(options["file"]).is_file():
+            raise CommandError(f"network file not found: {options['file']}")
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")

@@ -1,0 +1,247 @@
+"""Django admin for the water-utility data: every model browse-only.
+
+Operators browse the network, SCADA, baselines and analysis results; they never edit measured or
+computed data by hand (it is written by the importer and the producing systems), so add, change and
+delete are refused for everyone, superusers included. The large series tables use a paginator that
+does not COUNT(*) tens of millions of rows on an unfiltered list page.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import HttpRequest
+
+from queries import models as m
+
+
+class EstimatedCountPaginator(Paginator):
+    """Unfiltered pages use the planner's row estimate (``pg_class.reltuples``) instead of COUNT(*)."""
+
+    @cached_property
+    def count(self) -> int:
+        query = getattr(self.object_list, "query", None)
+        if query is None or query.where:
+            return super().count
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                [self.object_list.model._meta.db_table],
+            )
+            row = cursor.fetchone()
+        estimate = int(row[0]) if row else -1
+        return estimate if estimate >= 0 else super().count
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, change or delete — for anyone. Detail pages show every field read-only."""
+
+    list_per_page = 50
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def get_actions(self, request: HttpRequest) -> dict[str, object]:
+        return {}
+
+
+class LargeTableAdmin(ReadOnlyAdmin):
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+
+
+class ElementAdmin(ReadOnlyAdmin):
+    list_filter = ("project",)
+    search_fields = ("=element_id",)
+    exclude = ("geog",)
+
+
+@admin.register(m.Junction)
+class JunctionAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "elevation", "base_demand", "demand_pattern")
+
+
+@admin.register(m.Reservoir)
+class ReservoirAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "base_head", "head_pattern")
+
+
+@admin.register(m.Tank)
+class TankAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "elevation", "init_level", "min_level", "max_level", "diameter")
+
+
+@admin.register(m.Pipe)
+class PipeAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "start_node_id", "end_node_id", "length", "diameter", "roughness",
+                    "initial_status")  # fmt: skip
+    list_filter = ("project", "initial_status", "check_valve")
+
+
+@admin.register(m.Pump)
+class PumpAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "start_node_id", "end_node_id", "pump_type", "pump_curve", "power")
+    list_filter = ("project", "pump_type")
+
+
+@admin.register(m.Valve)
+class ValveAdmin(ElementAdmin):
+    list_display = ("element_id", "project", "valve_type", "diameter", "setting", "initial_status")
+    list_filter = ("project", "valve_type")
+
+
+@admin.register(m.Pattern)
+class PatternAdmin(ReadOnlyAdmin):
+    list_display = ("pattern_id", "project")
+    list_filter = ("project",)
+    search_fields = ("=pattern_id",)
+
+
+@admin.register(m.Curve)
+class CurveAdmin(ReadOnlyAdmin):
+    list_display = ("curve_id", "project", "curve_type")
+    list_filter = ("project", "curve_type")
+    search_fields = ("=curve_id",)
+
+
+@admin.register(m.NetworkOptions)
+class NetworkOptionsAdmin(ReadOnlyAdmin):
+    list_display = ("project", "kind", "pump_id")
+    list_filter = ("project", "kind")
+
+
+@admin.register(m.NetworkSchema)
+class NetworkSchemaAdmin(ReadOnlyAdmin):
+    list_display = ("project", "kind", "description")
+    list_filter = ("project", "kind")
+
+
+@admin.register(m.ScadaDevice)
+class ScadaDeviceAdmin(ReadOnlyAdmin):
+    list_display = ("device_id", "project", "name", "quantity", "unit", "element_type", "element_id")
+    list_filter = ("project", "quantity")
+    search_fields = ("=device_id", "name")
+
+
+@admin.register(m.ScadaReading)
+class ScadaReadingAdmin(LargeTableAdmin):
+    list_display = ("device", "time", "monitored_value", "cleaned_value", "quality")
+    list_filter = ("quality",)
+    search_fields = ("=device__device_id",)
+    list_select_related = ("device",)
+    date_hierarchy = None
+
+
+@admin.register(m.NodeBaseline)
+class NodeBaselineAdmin(LargeTableAdmin):
+    list_display = ("element_type", "element_id", "time", "pressure", "head", "demand", "quality")
+    list_filter = ("element_type",)
+    search_fields = ("=element_id",)
+
+
+@admin.register(m.LinkBaseline)
+class LinkBaselineAdmin(LargeTableAdmin):
+    list_display = ("element_type", "element_id", "time", "flow", "velocity", "headloss", "status", "setting")
+    list_filter = ("element_type",)
+    search_fields = ("=element_id",)
+
+
+@admin.register(m.AnalysisRun)
+class AnalysisRunAdmin(ReadOnlyAdmin):
+    list_display = ("run_id", "project", "kind", "status", "created_at", "finished_at", "error_code")
+    list_filter = ("project", "kind", "status")
+    search_fields = ("=run_id", "title")
+
+
+@admin.register(m.AnalysisResult)
+class AnalysisResultAdmin(ReadOnlyAdmin):
+    list_display = ("run", "sequence", "result_type")
+    list_filter = ("result_type",)
+    list_select_related = ("run",)
+    search_fields = ("=run__run_id",)
+
+
+@admin.register(m.AnalysisNodeSeries)
+class AnalysisNodeSeriesAdmin(LargeTableAdmin):
+    list_display = ("run", "element_type", "element_id", "time", "pressure", "demand", "leak_demand")
+    list_filter = ("element_type",)
+    list_select_related = ("run",)
+    search_fields = ("=element_id",)
+
+
+@admin.register(m.AnalysisLinkSeries)
+class AnalysisLinkSeriesAdmin(LargeTableAdmin):
+    list_display = ("run", "element_type", "element_id", "time", "flow", "velocity", "status")
+    list_filter = ("element_type",)
+    list_select_related = ("run",)
+    search_fields = ("=element_id",)
+
+
+@admin.register(m.SensorPlacementRun)
+class SensorPlacementRunAdmin(ReadOnlyAdmin):
+    list_display = ("run_id", "project", "status", "objective", "objective_value", "created_at")
+    list_filter = ("project", "status", "objective")
+
+
+@admin.register(m.ElementGisProperties)
+class ElementGisPropertiesAdmin(ReadOnlyAdmin):
+    list_display = ("element_type", "element_id", "project", "material", "install_year", "diameter_class",
+                    "district", "road")  # fmt: skip
+    list_filter = ("project", "element_type", "material", "district")
+    search_fields = ("=element_id", "road")
+
+
+@admin.register(m.GisLayer)
+class GisLayerAdmin(ReadOnlyAdmin):
+    list_display = ("layer_key", "project", "name", "geometry_type", "source_crs", "exported_at")
+    list_filter = ("project",)
+
+
+@admin.register(m.GisFeature)
+class GisFeatureAdmin(ReadOnlyAdmin):
+    list_display = ("source_fid", "layer", "element_type", "element_id")
+    list_filter = ("layer",)
+    list_select_related = ("layer",)
+    search_fields = ("=source_fid", "=element_id")
+
+
+@admin.register(m.WorkbenchRuntime)
+class WorkbenchRuntimeAdmin(ReadOnlyAdmin):
+    list_display = ("project", "simulation_clock", "active_scenario", "mode", "captured_at")
+
+
+@admin.register(m.PeripheralPoint)
+class PeripheralPointAdmin(ReadOnlyAdmin):
+    list_display = ("point_id", "project", "name", "kind", "synthetic")
+    list_filter = ("project", "kind", "synthetic")
+    search_fields = ("=point_id", "name")
+
+
+@admin.register(m.WorkOrder)
+class WorkOrderAdmin(ReadOnlyAdmin):
+    list_display = ("order_id", "project", "point", "kind", "status", "priority", "recorded_at", "synthetic")
+    list_filter = ("project", "status", "kind", "synthetic")
+    list_select_related = ("point",)
+
+
+@admin.register(m.Observation)
+class ObservationAdmin(ReadOnlyAdmin):
+    list_display = ("point", "recorded_at", "quantity", "value", "unit", "synthetic")
+    list_filter = ("project", "quantity", "synthetic")
+    list_select_related = ("point",)
+
+
+@admin.register(m.TestData)
+class TestDataAdmin(ReadOnlyAdmin):
+    list_display = ("sample_id", "point", "recorded_at", "parameter", "value", "unit", "synthetic")
+    list_filter = ("project", "parameter", "synthetic")
+    list_select_related = ("point",)
