@@ -23,6 +23,7 @@ import json
 import logging
 from contextlib import AsyncExitStack
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from django.conf import settings
@@ -70,8 +71,8 @@ def transport_security() -> TransportSecuritySettings:
     allowed_hosts = [h for host in hosts for h in (host, f"{host}:*")]
     origins = list(settings.TJWATER_MCP_ALLOWED_ORIGINS)
     if not origins:
-        resource = settings.TJWATER_MCP_RESOURCE_URI
-        origins = [resource[: resource.index("/", resource.index("//") + 2)] if resource.count("/") > 2 else resource]
+        parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
+        origins = [f"{parts.scheme}://{parts.netloc}"]
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
     )

@@ -38,14 +38,22 @@ def resolve_scope(*, token: VerifiedToken, arguments: dict[str, object], tool: T
 
 
 def _dev_project_scope(token: VerifiedToken) -> QueryScope:
-    principal, _ = Principal.objects.get_or_create(issuer=token.issuer, subject=token.subject)
+    # One query on the hot path: the live membership of (iss, sub) in the dev project.
     membership = (
-        Membership.objects.select_related("project")
-        .filter(principal=principal, project__slug=settings.TJWATER_DEV_PROJECT, revoked_at__isnull=True)
+        Membership.objects.select_related("project", "principal")
+        .filter(
+            principal__issuer=token.issuer,
+            principal__subject=token.subject,
+            project__slug=settings.TJWATER_DEV_PROJECT,
+            revoked_at__isnull=True,
+        )
         .first()
     )
     if membership is None:
+        # Record the principal so an operator can grant it a membership; it gets nothing now.
+        Principal.objects.get_or_create(issuer=token.issuer, subject=token.subject)
         raise PermissionDenied("You are not a member of this project.")
+    principal = membership.principal
     return QueryScope(
         principal_id=principal.pk,
         issuer=principal.issuer,

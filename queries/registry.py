@@ -67,8 +67,18 @@ class ToolSpec:
 
     @property
     def output_schema(self) -> dict[str, Any]:
+        """The result envelope *or* the business-error body: an ``isError`` result carries
+        ``{code, message, retryable}`` as ``structuredContent`` too, and clients that validate every
+        ``structuredContent`` against ``outputSchema`` (the TypeScript SDK does) must accept it."""
         schema = self.output_model.model_json_schema(mode="serialization")
-        return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+        defs = schema.pop("$defs", {})
+        name = self.output_model.__name__
+        return {
+            "$schema": JSON_SCHEMA_DIALECT,
+            "type": "object",
+            "anyOf": [{"$ref": f"#/$defs/{name}"}, {"$ref": "#/$defs/ToolError"}],
+            "$defs": {**defs, name: schema, "ToolError": TOOL_ERROR_SCHEMA},
+        }
 
     @property
     def annotations(self) -> dict[str, Any]:
@@ -78,6 +88,19 @@ class ToolSpec:
             return {"title": self.title, "readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
         return {"title": self.title, "readOnlyHint": True, "openWorldHint": False}
 
+
+TOOL_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A business failure (isError=true): a stable code, an actionable message, retryable.",
+    "properties": {
+        "code": {"type": "string"},
+        "message": {"type": "string"},
+        "retryable": {"type": "boolean"},
+        "details": {"type": "object"},
+    },
+    "required": ["code", "message", "retryable"],
+    "additionalProperties": False,
+}
 
 CONTEXT_HANDLE = {
     "type": "string",

@@ -78,6 +78,9 @@ if [[ -f devtools/package.json ]]; then
     (cd devtools && npm ci --no-audit --no-fund --loglevel=error)
     touch "devtools/node_modules/.lock-$LOCK_HASH"
   fi
+  # The conformance suite and the Inspector need Node 22: the pinned `node` package provides it.
+  [[ $(devtools/node_modules/.bin/node --version 2>/dev/null) == v22.* ]] \
+    || die "devtools/node_modules/.bin/node is not Node 22 (rm -rf devtools/node_modules and rerun)"
 fi
 
 # --- Local demo configuration --------------------------------------------------------------------

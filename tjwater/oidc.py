@@ -106,6 +106,18 @@ class OperatorOIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("id_token was issued to another client")
         return claims
 
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
+        claims: dict[str, Any] = super().get_userinfo(access_token, id_token, payload)
+        # OpenID Connect Core §5.3.2: the userinfo `sub` MUST equal the id_token's (the library skips it).
+        if claims.get("sub") != payload.get("sub"):
+            raise SuspiciousOperation("userinfo subject differs from the id_token subject")
+        # Keycloak's realm-roles mapper may put the roles in the id_token and not in userinfo: the
+        # verified id_token's role claim is used when userinfo has none.
+        top = settings.TJWATER_OIDC_ROLES_CLAIM.split(".", 1)[0]
+        if top not in claims and top in payload:
+            claims[top] = payload[top]
+        return claims
+
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub"):
             return False

@@ -9,7 +9,7 @@
 //     urn:tjwater:mcp (the default), becomes aud=<audience>; any other resource is its own audience;
 //   - confidential client tjwater-agent-mcp: client_credentials (only mcp.catalog.read) and RFC 8693
 //     token exchange of a user's access token (sub kept, azp=tjwater-agent-mcp, aud=<audience>,
-//     scope "mcp.query mcp.context.bind");
+//     scope "mcp.query mcp.context.bind", or what `scope=` asks for among the three MCP scopes);
 //   - confidential client tjwater-admin: authorization code + PKCE for the Django admin login;
 //   - public client tjwater-host: authorization code + PKCE, how tests get a *user* access token;
 //   - users alice (realm role tjwater-operator) and bob (no role), a real login form;
@@ -281,8 +281,10 @@ function buildProvider(issuer) {
       }
       if (!USERS_BY_SUB[subject.sub]) throw new errors.InvalidGrant('subject_token does not name a user');
 
+      // Default: the delegated scopes. A client may ask for the catalog scope as well (an SDK client
+      // lists tools before it calls one, to validate the result against the tool's outputSchema).
       const requested = params.scope ? params.scope.split(' ') : EXCHANGED_SCOPES;
-      const scope = requested.filter((s) => EXCHANGED_SCOPES.includes(s));
+      const scope = requested.filter((s) => MCP_SCOPES.includes(s));
       const indicator = params.resource ?? (params.audience && params.audience !== AUDIENCE ? params.audience : MCP_RESOURCE);
       const token = new ctx.oidc.provider.AccessToken({
         accountId: subject.sub,

@@ -260,7 +260,9 @@ def valve_isolation_run(
                 sequence=2,
                 result_type="valves_to_close",
                 payload={"valves": closing},
-                element_refs=_refs("pipe", sorted({c["link_id"] for c in closing if c["link_id"] in wn.pipe_name_list})),
+                element_refs=_refs(
+                    "pipe", sorted({c["link_id"] for c in closing if c["link_id"] in wn.pipe_name_list})
+                ),
             ),
             AnalysisResult(
                 run=run,
@@ -364,8 +366,14 @@ def sensor_placement_run(
         run_id=run_id,
         status="succeeded",
         title=f"{n_sensors} pressure sensors, {weight}-weighted coverage within {radius_m:g} m",
-        parameters={"n_sensors": n_sensors, "radius_m": radius_m, "weight": weight, "candidates": len(cand),
-                    "candidate_seed": seed, "algorithm": "greedy max coverage"},  # fmt: skip
+        parameters={
+            "n_sensors": n_sensors,
+            "radius_m": radius_m,
+            "weight": weight,
+            "candidates": len(cand),
+            "candidate_seed": seed,
+            "algorithm": "greedy max coverage",
+        },  # fmt: skip
         objective=f"{weight}_coverage",
         objective_value=round(objective_value, 6),
         selected_sensors=selected,

@@ -38,7 +38,9 @@ class DeviceSpec:
     accuracy: float
 
 
-def _spread(rng: np.random.Generator, candidates: Sequence[str], xy: dict[str, tuple[float, float]], n: int) -> list[str]:
+def _spread(
+    rng: np.random.Generator, candidates: Sequence[str], xy: dict[str, tuple[float, float]], n: int
+) -> list[str]:
     """Pick ``n`` candidates spread over the map (farthest-point sampling from a random first pick)."""
     if len(candidates) <= n:
         return list(candidates)
@@ -121,7 +123,7 @@ def synthesize(
             out[m] = out[a - 1]
     # Dropouts: one outage of 15 min - 3 h for about half the devices, plus rare single lost samples.
     if rng.random() < 0.5:
-        length = int(rng.integers(3, 37))
+        length = min(int(rng.integers(3, 37)), max(1, n // 4))
         begin = int(rng.integers(0, n - length))
         for m in range(begin, begin + length):
             out[m] = None

@@ -13,6 +13,7 @@ rebuilt) in one transaction. ``ensure_demo_loaded()`` seeds only when the demo n
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time as _time
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from django.conf import settings
 from django.db import transaction
 from wntr.network import WaterNetworkModel
@@ -35,9 +37,9 @@ from queries.importer.epanet import (
     network_geometry,
     read_inp,
     simulate,
+    wntr_network_path,
     write_baseline,
     write_network,
-    wntr_network_path,
 )
 from queries.models import (
     AnalysisRun,
@@ -214,7 +216,7 @@ def _scada(
     )
 
 
-def _analyses(net: _Network, net_b: _Network, summary: SeedSummary):  # noqa: ANN202 - returns a DataFrame
+def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> pd.DataFrame:
     pid = net.project.pk
     burst_pipe = "LINK-1523"
     outcome = demo_analysis.burst_run(
@@ -225,7 +227,7 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary):  # noqa: AN
         burst_hour=8.0,
         window=(6.0, 18.0),
         step_minutes=STEP_MINUTES,
-        emitter_coefficient=0.006,
+        emitter_coefficient=0.03,
         run_id="burst-20261101-0800",
         created_at=START + timedelta(hours=8, minutes=20),
     )
@@ -289,7 +291,7 @@ def _diameter_class(d_m: float) -> str:
     return f"DN{min(dn, key=lambda c: abs(c - mm))}"
 
 
-def _gis(net: _Network, rng: np.random.Generator, valve_layer: object, summary: SeedSummary) -> None:
+def _gis(net: _Network, rng: np.random.Generator, valve_layer: pd.DataFrame | None, summary: SeedSummary) -> None:
     """GIS attributes for every element, and (for the main demo) two source layers whose feature ids
     are the GIS system's own (``WM-…``, ``IV-…``)."""
     pid = net.project.pk
@@ -322,8 +324,17 @@ def _gis(net: _Network, rng: np.random.Generator, valve_layer: object, summary: 
             rows.append((pid, etype, name, material, year, dclass, _district(lon, lat, bbox), road, _jsonb(props)))
     n = copy_rows(
         ElementGisProperties._meta.db_table,
-        ["project_id", "element_type", "element_id", "material", "install_year", "diameter_class", "district", "road",
-         "properties"],  # fmt: skip
+        [
+            "project_id",
+            "element_type",
+            "element_id",
+            "material",
+            "install_year",
+            "diameter_class",
+            "district",
+            "road",
+            "properties",
+        ],  # fmt: skip
         rows,
     )
     _add(summary, {"element_gis_properties": n})
@@ -353,19 +364,17 @@ def _gis(net: _Network, rng: np.random.Generator, valve_layer: object, summary: 
     valves = GisLayer.objects.create(project_id=pid, layer_key="isolation_valves", name="Isolation valves",
                                      geometry_type="Point", source_crs="EPSG:4326",
                                      source_name="ArcGIS Enterprise, layer WS_VALVE", exported_at=exported)  # fmt: skip
-    for i, row in valve_layer.iterrows():  # type: ignore[attr-defined]
+    for i, row in valve_layer.iterrows():
         link, node = str(row["link"]), str(row["node"])
         lon, lat = net.geometry.node_lonlat[node]
-        feats.append((valves.pk, f"IV-{50000 + int(i)}", _jsonb({"VALVE_NO": f"V{int(i):05d}", "ON_LINK": link,
-                      "NEAR_NODE": node, "TYPE": "GATE", "NORMAL_POS": "OPEN"}), point_ewkt(lon, lat), "", ""))  # fmt: skip
+        props = {"VALVE_NO": f"V{int(i):05d}", "ON_LINK": link, "NEAR_NODE": node, "TYPE": "GATE", "NORMAL_POS": "OPEN"}
+        feats.append((valves.pk, f"IV-{50000 + int(i)}", _jsonb(props), point_ewkt(lon, lat), "", ""))
     n = copy_rows(GisFeature._meta.db_table,
                   ["layer_id", "source_fid", "properties", "geom", "element_type", "element_id"], feats)  # fmt: skip
     _add(summary, {"gis_layer": 2, "gis_feature": n})
 
 
 def _jsonb(value: object) -> str:
-    import json
-
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
@@ -380,8 +389,11 @@ def _runtime(project: Project, summary: SeedSummary) -> None:
             "scada": {"last_sync": (clock - timedelta(minutes=5)).isoformat(), "freshness_s": 300, "status": "fresh"},
             "model_baseline": {"last_sync": START.isoformat(), "freshness_s": 129600, "status": "fresh"},
             "gis": {"last_sync": (START - timedelta(days=9)).isoformat(), "freshness_s": 907200, "status": "stale"},
-            "work_orders": {"last_sync": (clock - timedelta(hours=2)).isoformat(), "freshness_s": 7200,
-                            "status": "fresh"},  # fmt: skip
+            "work_orders": {
+                "last_sync": (clock - timedelta(hours=2)).isoformat(),
+                "freshness_s": 7200,
+                "status": "fresh",
+            },  # fmt: skip
         },
         captured_at=clock,
     )
@@ -439,33 +451,53 @@ def _peripheral(net: _Network, rng: np.random.Generator, summary: SeedSummary) -
 
 
 def _tasks(demo: Project, demo_b: Project, summary: SeedSummary) -> None:
-    task = Task.objects.create(project=demo, title="Investigate low pressure in Hexi after the LINK-1523 break",
-                               status=Task.Status.IN_PROGRESS)  # fmt: skip
-    first = TaskRun.objects.create(task=task, sequence=1, status=TaskRun.Status.SUPERSEDED,
-                                   lease_holder="session-demo-0", lease_expires_at=START + timedelta(hours=9),
-                                   superseded_at=START + timedelta(hours=9))  # fmt: skip
-    current = TaskRun.objects.create(task=task, sequence=2, status=TaskRun.Status.RUNNING,
-                                     lease_holder=DEMO_SESSION_ID, lease_expires_at=DEMO_LEASE_EXPIRES)  # fmt: skip
+    task = Task.objects.create(
+        project=demo, title="Investigate low pressure in Hexi after the LINK-1523 break", status=Task.Status.IN_PROGRESS
+    )
+    TaskRun.objects.create(
+        task=task,
+        sequence=1,
+        status=TaskRun.Status.SUPERSEDED,
+        lease_holder="session-demo-0",
+        lease_expires_at=START + timedelta(hours=9),
+        superseded_at=START + timedelta(hours=9),
+    )
+    current = TaskRun.objects.create(
+        task=task,
+        sequence=2,
+        status=TaskRun.Status.RUNNING,
+        lease_holder=DEMO_SESSION_ID,
+        lease_expires_at=DEMO_LEASE_EXPIRES,
+    )
     ExecutionRequest.objects.create(run=current, request_id=DEMO_EXECUTION_REQUEST_ID)
     r1 = {
-        "summary": "Pressure complaints in Hexi from 08:05. Suspected main break near JUNCTION on LINK-1523.",
-        "findings": ["PT pressure drop of several metres from 08:00", "night flow not yet checked"],
+        "summary": "Customer calls report low pressure in Hexi from 08:05. Suspected main break on LINK-1523.",
+        "findings": ["Calls cluster around JUNCTION-1304", "SCADA pressure transmitters not yet reviewed"],
         "evidence": [],
-        "recommendations": ["Confirm with SCADA flow FT devices", "Prepare valve isolation"],
+        "recommendations": ["Compare SCADA pressure with the model baseline", "Prepare valve isolation"],
     }
     r2 = {
-        "summary": "Main break on LINK-1523 confirmed by the burst model run burst-20261101-0800; segment "
-        "isolation planned with run isolation-20261101-0830.",
-        "findings": ["Leak about 38 L/s from 08:00", "Pressure drop > 1 m at dozens of junctions",
-                     "One pressure transmitter (PT-004) stuck 20:00-02:00, excluded"],  # fmt: skip
-        "evidence": [{"source": "analysis_run", "ref": "burst-20261101-0800"},
-                     {"source": "analysis_run", "ref": "isolation-20261101-0830"}],  # fmt: skip
-        "recommendations": ["Close the valves listed in the isolation run", "Dispatch crew", "Notify customers"],
+        "summary": "Burst model run burst-20261101-0800 (main break at JUNCTION-1304 on LINK-1523) reproduces "
+        "the complaints; isolation planned with run isolation-20261101-0830.",
+        "findings": [
+            "Modelled leak peaks at about 230 L/s from 08:00",
+            "Modelled pressure drop over 1 m at about 270 junctions",
+            "Pressure transmitter PT-004 stuck 20:00-02:00; its cleaned values are withheld",
+        ],
+        "evidence": [
+            {"source": "analysis_run", "ref": "burst-20261101-0800"},
+            {"source": "analysis_run", "ref": "isolation-20261101-0830"},
+        ],
+        "recommendations": ["Close the 4 valves listed in the isolation run", "Dispatch crew", "Notify customers"],
     }
     TaskReport.objects.create(task=task, revision=1, sections=r1)
     TaskReport.objects.create(task=task, revision=2, sections=r2)
     other = Task.objects.create(project=demo_b, title="Review Net3 pump schedule", status=Task.Status.OPEN)
-    TaskRun.objects.create(task=other, sequence=1, status=TaskRun.Status.RUNNING, lease_holder="session-demo-b-1",
-                           lease_expires_at=DEMO_LEASE_EXPIRES)  # fmt: skip
-    _first_unused = first  # the superseded run stays for audit
+    TaskRun.objects.create(
+        task=other,
+        sequence=1,
+        status=TaskRun.Status.RUNNING,
+        lease_holder="session-demo-b-1",
+        lease_expires_at=DEMO_LEASE_EXPIRES,
+    )
     _add(summary, {"task": 2, "task_run": 3, "execution_request": 1, "task_report": 2})

@@ -1,13 +1,16 @@
 """EPANET network import: read a .inp with WNTR, georeference it, store elements, patterns, curves,
 options and schemas, and the model baseline from a real hydraulic simulation.
 
-``import_network`` replaces a project's network atomically: the file is read and simulated first
-(nothing is touched if that fails), then the old network and baseline are deleted and the new one is
-written in one transaction, so a failure half-way leaves the old network intact.
+``import_network`` replaces a project's network atomically: the file is read and georeferenced
+first (nothing is touched if that fails); then, in one transaction, the old network and baseline are
+deleted, the new elements written, the simulation run and its baseline written. The simulation runs
+inside the transaction because the baseline is part of what is replaced: a network EPANET cannot solve
+(e.g. an unconnected node) fails the whole import and the old network and baseline stay as they were.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -79,7 +82,9 @@ def read_inp(path: Path) -> WaterNetworkModel:
         wn = WaterNetworkModel(str(path))
     except (OSError, UnicodeDecodeError) as exc:
         raise NetworkImportError(f"cannot read network file {path.name}: {exc.__class__.__name__}") from exc
-    except (ValueError, KeyError, IndexError, RuntimeError, EpanetException, AttributeError, TypeError) as exc:
+    except (
+        ValueError, KeyError, IndexError, RuntimeError, EpanetException, AttributeError, TypeError, AssertionError,
+    ) as exc:  # fmt: skip
         # WNTR's .inp reader reports malformed sections with these (ENSyntaxError is a ValueError
         # subclass); we keep only the class name so the line stays short and free of file contents.
         raise NetworkImportError(f"not a readable EPANET .inp file: {path.name} ({exc.__class__.__name__})") from exc
@@ -199,14 +204,27 @@ def write_network(
     counts["junction"] = copy_rows(
         Junction._meta.db_table,
         [
-            "project_id", "element_id", "tag", "geom", "initial_quality", "elevation", "base_demand",
-            "demand_pattern", "demand_category", "emitter_coefficient",
+            "project_id",
+            "element_id",
+            "tag",
+            "geom",
+            "initial_quality",
+            "elevation",
+            "base_demand",
+            "demand_pattern",
+            "demand_category",
+            "emitter_coefficient",
         ],  # fmt: skip
         (
             (
-                pid, p + name, _tag(j), point_ewkt(*nl[name]), float(j.initial_quality or 0.0), float(j.elevation),
-                float(j.base_demand or 0.0), _prefixed(p, _name(j.demand_timeseries_list[0].pattern_name)
-                                                       if len(j.demand_timeseries_list) else ""),
+                pid,
+                p + name,
+                _tag(j),
+                point_ewkt(*nl[name]),
+                float(j.initial_quality or 0.0),
+                float(j.elevation),
+                float(j.base_demand or 0.0),
+                _prefixed(p, _name(j.demand_timeseries_list[0].pattern_name) if len(j.demand_timeseries_list) else ""),
                 str(j.demand_timeseries_list[0].category or "") if len(j.demand_timeseries_list) else "",
                 _opt(j.emitter_coefficient),
             )  # fmt: skip
@@ -217,22 +235,51 @@ def write_network(
         Reservoir._meta.db_table,
         ["project_id", "element_id", "tag", "geom", "initial_quality", "base_head", "head_pattern"],
         (
-            (pid, p + name, _tag(r), point_ewkt(*nl[name]), float(r.initial_quality or 0.0), float(r.base_head),
-             _prefixed(p, _name(r.head_pattern_name)))  # fmt: skip
+            (
+                pid,
+                p + name,
+                _tag(r),
+                point_ewkt(*nl[name]),
+                float(r.initial_quality or 0.0),
+                float(r.base_head),
+                _prefixed(p, _name(r.head_pattern_name)),
+            )  # fmt: skip
             for name, r in wn.reservoirs()
         ),
     )
     counts["tank"] = copy_rows(
         Tank._meta.db_table,
         [
-            "project_id", "element_id", "tag", "geom", "initial_quality", "elevation", "init_level", "min_level",
-            "max_level", "diameter", "min_volume", "volume_curve", "overflow", "mixing_model",
+            "project_id",
+            "element_id",
+            "tag",
+            "geom",
+            "initial_quality",
+            "elevation",
+            "init_level",
+            "min_level",
+            "max_level",
+            "diameter",
+            "min_volume",
+            "volume_curve",
+            "overflow",
+            "mixing_model",
         ],  # fmt: skip
         (
             (
-                pid, p + name, _tag(t), point_ewkt(*nl[name]), float(t.initial_quality or 0.0), float(t.elevation),
-                float(t.init_level), float(t.min_level), float(t.max_level), float(t.diameter),
-                float(t.min_vol or 0.0), _prefixed(p, _name(t.vol_curve_name)), bool(t.overflow),
+                pid,
+                p + name,
+                _tag(t),
+                point_ewkt(*nl[name]),
+                float(t.initial_quality or 0.0),
+                float(t.elevation),
+                float(t.init_level),
+                float(t.min_level),
+                float(t.max_level),
+                float(t.diameter),
+                float(t.min_vol or 0.0),
+                _prefixed(p, _name(t.vol_curve_name)),
+                bool(t.overflow),
                 str(t.mixing_model or "MIXED").upper(),
             )  # fmt: skip
             for name, t in wn.tanks()
@@ -241,14 +288,37 @@ def write_network(
     counts["pipe"] = copy_rows(
         Pipe._meta.db_table,
         [
-            "project_id", "element_id", "tag", "start_node_id", "end_node_id", "initial_status", "geom",
-            "length", "diameter", "roughness", "minor_loss", "check_valve", "bulk_coeff", "wall_coeff",
+            "project_id",
+            "element_id",
+            "tag",
+            "start_node_id",
+            "end_node_id",
+            "initial_status",
+            "geom",
+            "length",
+            "diameter",
+            "roughness",
+            "minor_loss",
+            "check_valve",
+            "bulk_coeff",
+            "wall_coeff",
         ],  # fmt: skip
         (
             (
-                pid, p + name, _tag(k), p + k.start_node_name, p + k.end_node_name, _status(k),
-                linestring_ewkt(lc[name]), float(k.length), float(k.diameter), float(k.roughness),
-                float(k.minor_loss or 0.0), bool(k.check_valve), _opt(k.bulk_coeff), _opt(k.wall_coeff),
+                pid,
+                p + name,
+                _tag(k),
+                p + k.start_node_name,
+                p + k.end_node_name,
+                _status(k),
+                linestring_ewkt(lc[name]),
+                float(k.length),
+                float(k.diameter),
+                float(k.roughness),
+                float(k.minor_loss or 0.0),
+                bool(k.check_valve),
+                _opt(k.bulk_coeff),
+                _opt(k.wall_coeff),
             )  # fmt: skip
             for name, k in wn.pipes()
         ),
@@ -256,17 +326,39 @@ def write_network(
     counts["pump"] = copy_rows(
         Pump._meta.db_table,
         [
-            "project_id", "element_id", "tag", "start_node_id", "end_node_id", "initial_status", "geom",
-            "pump_type", "pump_curve", "power", "speed", "speed_pattern", "efficiency_curve", "energy_price",
+            "project_id",
+            "element_id",
+            "tag",
+            "start_node_id",
+            "end_node_id",
+            "initial_status",
+            "geom",
+            "pump_type",
+            "pump_curve",
+            "power",
+            "speed",
+            "speed_pattern",
+            "efficiency_curve",
+            "energy_price",
             "energy_pattern",
         ],  # fmt: skip
         (
             (
-                pid, p + name, _tag(k), p + k.start_node_name, p + k.end_node_name, _status(k),
-                linestring_ewkt(lc[name]), str(k.pump_type).upper(),
-                _prefixed(p, _name(getattr(k, "pump_curve_name", None))), _opt(getattr(k, "power", None)),
-                float(k.base_speed or 1.0), _prefixed(p, _name(k.speed_pattern_name)),
-                _prefixed(p, _name(k.efficiency_curve_name)), _opt(k.energy_price), _prefixed(p, _name(k.energy_pattern)),
+                pid,
+                p + name,
+                _tag(k),
+                p + k.start_node_name,
+                p + k.end_node_name,
+                _status(k),
+                linestring_ewkt(lc[name]),
+                str(k.pump_type).upper(),
+                _prefixed(p, _name(getattr(k, "pump_curve_name", None))),
+                _opt(getattr(k, "power", None)),
+                float(k.base_speed or 1.0),
+                _prefixed(p, _name(k.speed_pattern_name)),
+                _prefixed(p, _name(k.efficiency_curve_name)),
+                _opt(k.energy_price),
+                _prefixed(p, _name(k.energy_pattern)),
             )  # fmt: skip
             for name, k in wn.pumps()
         ),
@@ -274,15 +366,33 @@ def write_network(
     counts["valve"] = copy_rows(
         Valve._meta.db_table,
         [
-            "project_id", "element_id", "tag", "start_node_id", "end_node_id", "initial_status", "geom",
-            "valve_type", "diameter", "setting", "headloss_curve", "minor_loss",
+            "project_id",
+            "element_id",
+            "tag",
+            "start_node_id",
+            "end_node_id",
+            "initial_status",
+            "geom",
+            "valve_type",
+            "diameter",
+            "setting",
+            "headloss_curve",
+            "minor_loss",
         ],  # fmt: skip
         (
             (
-                pid, p + name, _tag(k), p + k.start_node_name, p + k.end_node_name, _status(k),
-                linestring_ewkt(lc[name]), str(k.valve_type).upper(), float(k.diameter),
+                pid,
+                p + name,
+                _tag(k),
+                p + k.start_node_name,
+                p + k.end_node_name,
+                _status(k),
+                linestring_ewkt(lc[name]),
+                str(k.valve_type).upper(),
+                float(k.diameter),
                 None if k.valve_type == "GPV" else _opt(k.initial_setting),
-                _prefixed(p, _name(getattr(k, "headloss_curve_name", None))), float(k.minor_loss or 0.0),
+                _prefixed(p, _name(getattr(k, "headloss_curve_name", None))),
+                float(k.minor_loss or 0.0),
             )  # fmt: skip
             for name, k in wn.valves()
         ),
@@ -296,8 +406,6 @@ def _prefixed(prefix: str, name: str) -> str:
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, separators=(",", ":"))
 
 
@@ -480,7 +588,8 @@ def import_network(
     wn = read_inp(inp_path)
     georef = georeferencer_for(wn, center=center, scale=scale)
     geometry = network_geometry(wn, georef)
-    results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes) if baseline_hours > 0 else None
+    if baseline_hours < 0 or (baseline_hours > 0 and step_minutes <= 0):
+        raise NetworkImportError("baseline hours must be >= 0 and step minutes > 0")
     summary = ImportSummary(project_slug=project.slug)
     try:
         with transaction.atomic():
@@ -488,7 +597,8 @@ def import_network(
             Project.objects.select_for_update().filter(pk=project.pk).first()
             delete_network(project.pk)
             summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
-            if results is not None:
+            if baseline_hours > 0:
+                results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes)
                 summary.counts.update(write_baseline(project_id=project.pk, wn=wn, results=results, start=start))
                 summary.baseline_steps = len(results.node["pressure"].index)
     except (DataError, IntegrityError) as exc:

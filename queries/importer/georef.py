@@ -48,7 +48,9 @@ class Georeferencer:
         self._center_utm = (float(e), float(n))
 
     @classmethod
-    def for_points(cls, points: Iterable[Sequence[float]], *, center: tuple[float, float], scale: float) -> Georeferencer:
+    def for_points(
+        cls, points: Iterable[Sequence[float]], *, center: tuple[float, float], scale: float
+    ) -> Georeferencer:
         arr = np.asarray(list(points), dtype=float).reshape(-1, 2)
         if len(arr) == 0:
             origin = (0.0, 0.0)

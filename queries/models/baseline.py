@@ -37,8 +37,9 @@ class NodeBaseline(models.Model):
 
 
 class LinkBaseline(models.Model):
-    """Link results: flow (m³/s), velocity (m/s), headloss (m per km for pipes, head gain for pumps as
-    WNTR reports it), status (0 closed, 1 open, 2 active), setting."""
+    """Link results as WNTR reports them: flow (m³/s), velocity (m/s), headloss (pipes: per unit
+    length, m/m; pumps: negative head gain, m; valves: m), status (0 closed, 1 open, 2 active), setting
+    (pipes: roughness; pumps: relative speed; valves: setting; NULL when EPANET reports none)."""
 
     project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
     element_type = models.CharField(max_length=16)

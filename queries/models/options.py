@@ -36,7 +36,9 @@ class NetworkOptions(models.Model):
         ordering = ["project_id", "kind", "pump_id"]
         verbose_name_plural = "network options"
         constraints = [
-            models.UniqueConstraint(fields=["project", "kind", "pump_id"], name="networkoptions_project_kind_pump_uniq"),
+            models.UniqueConstraint(
+                fields=["project", "kind", "pump_id"], name="networkoptions_project_kind_pump_uniq"
+            ),
             models.CheckConstraint(
                 condition=(models.Q(kind="pump_energy") & ~models.Q(pump_id=""))
                 | (~models.Q(kind="pump_energy") & models.Q(pump_id="")),

@@ -55,9 +55,7 @@ class ScadaDevice(models.Model):
 
     class Meta:
         ordering = ["project_id", "device_id"]
-        constraints = [
-            models.UniqueConstraint(fields=["project", "device_id"], name="scadadevice_project_device_uniq")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "device_id"], name="scadadevice_project_device_uniq")]
 
     def __str__(self) -> str:
         return self.device_id

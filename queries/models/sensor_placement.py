@@ -29,9 +29,7 @@ class SensorPlacementRun(models.Model):
 
     class Meta:
         ordering = ["project_id", "-created_at", "run_id"]
-        constraints = [
-            models.UniqueConstraint(fields=["project", "run_id"], name="sensorplacement_project_run_uniq")
-        ]
+        constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="sensorplacement_project_run_uniq")]
         indexes = [models.Index(fields=["project", "-created_at", "run_id"], name="sensorplacement_recent")]
 
     def __str__(self) -> str:

@@ -158,7 +158,7 @@ class IdentityProvider:
         response.raise_for_status()
         return str(response.json()["access_token"])
 
-    def exchange(self, subject_token: str, *, resource: str | None = None) -> str:
+    def exchange(self, subject_token: str, *, resource: str | None = None, scope: str | None = None) -> str:
         """RFC 8693 token exchange by tjwater-agent-mcp: the user's token becomes an /mcp token."""
         data = {
             "grant_type": TOKEN_EXCHANGE,
@@ -168,6 +168,8 @@ class IdentityProvider:
         }
         if resource:
             data["resource"] = resource
+        if scope:
+            data["scope"] = scope
         response = self._http.post(self.token_endpoint, data=data, auth=(AGENT_CLIENT_ID, AGENT_CLIENT_SECRET))
         response.raise_for_status()
         return str(response.json()["access_token"])

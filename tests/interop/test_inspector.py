@@ -8,9 +8,7 @@ that another implementation negotiates 2026-07-28 with us, accepts our schemas a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +17,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from contexts import dev_issuer
 from contexts.models import Permission
-from tests.conftest import ROOT
 from tests.interop.conformance import DEVTOOLS, NODE_BIN, node_env
 from tests.interop.conftest import Members, create_context
 
@@ -83,16 +81,9 @@ def setup(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Setup:
     members = members_factory(settings.TJWATER_DEV_ISSUER_ID, {SUBJECT: [p.value for p in Permission]})
-    token = subprocess.run(
-        [sys.executable, "manage.py", "mcp_token", "--sub", SUBJECT, "--client", "tjwater-agent-mcp"]
-        + ["--scope", "mcp.catalog.read mcp.query mcp.context.bind"],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    ).stdout.strip()
+    token = dev_issuer.mint_token(
+        subject=SUBJECT, client_id="tjwater-agent-mcp", scopes=["mcp.catalog.read", "mcp.query", "mcp.context.bind"]
+    )
     handle = create_context(live_server_url, token, members.project_slug)
     return Setup(live_server_url, token, handle, tmp_path_factory.mktemp("inspector") / "catalog.json")
 
@@ -118,11 +109,6 @@ def test_inspector_calls_a_tool_with_a_context_handle(setup: Setup) -> None:
     assert result["structuredContent"]["source"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="interop defect: business-error results (isError) carry structuredContent {code, message, retryable} "
-    "that does not match the tool's outputSchema, and the TypeScript client rejects them (issue 4 owns it)",
-)
 def test_inspector_reads_a_business_error_result(setup: Setup) -> None:
     arguments = {"element_type": "pipe", "context_handle": "not-a-context-handle-of-this-caller"}
     run = inspector(

@@ -7,16 +7,24 @@ trusts that provider as its one issuer and fetches its keys from the provider's 
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import httpx2
 import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import CallToolResult
 
 from contexts.models import Permission
-from tests.conftest import ServerProcess
+from tests.conftest import ROOT, ServerProcess
 from tests.interop.conftest import Members, create_context, idp_env
-from tests.interop.idp import USERS, IdentityProvider
+from tests.interop.idp import AGENT_CLIENT_ID, AGENT_CLIENT_SECRET, USERS, IdentityProvider
 from tests.interop.mcp_http import mcp_request
 
 pytestmark = pytest.mark.e2e
@@ -85,6 +93,51 @@ def test_exchanged_user_token_binds_a_context_and_calls_a_tool(deployment: Deplo
     assert result["structuredContent"]["data"]["items"] == []  # the interop project has no network
     # The exchanged token carries mcp.query and mcp.context.bind only, not the catalog scope.
     assert mcp_request(deployment.mcp, token, "tools/list").status == 403
+
+
+def test_official_python_sdk_client_calls_a_tool_with_an_exchanged_token(deployment: Deployment) -> None:
+    # The SDK client lists tools before a call (it validates structuredContent against the tool's
+    # outputSchema), so the exchanged token needs the catalog scope too; the default exchange
+    # (mcp.query mcp.context.bind) is refused at that tools/list with 403 (see the test above).
+    token = deployment.idp.exchange(
+        deployment.idp.user_token("alice"), scope="mcp.catalog.read mcp.query mcp.context.bind"
+    )
+    handle = create_context(deployment.server.url, token, deployment.members.project_slug)
+
+    async def call() -> CallToolResult:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=15) as http:
+            transport = streamable_http_client(deployment.mcp, http_client=http)
+            async with Client(transport, mode="2026-07-28") as client:
+                return await client.call_tool("list_elements", {"element_type": "tank", "context_handle": handle})
+
+    result = asyncio.run(call())
+    assert result.is_error is not True, result
+    assert result.structured_content is not None
+    assert result.structured_content["data"]["items"] == []
+
+
+def test_mcp_token_command_fetches_a_client_credentials_token_from_the_provider(deployment: Deployment) -> None:
+    # R-OPS: `manage.py mcp_token --client-credentials` against a Keycloak-shaped issuer, with
+    # resource= our /mcp URL (RFC 8707), gives a token our server accepts.
+    env = {
+        **os.environ,
+        "TJWATER_OIDC_ISSUER": deployment.idp.issuer,
+        "TJWATER_DEV_ISSUER": "0",
+        "TJWATER_OIDC_CLIENT_ID": AGENT_CLIENT_ID,
+        "TJWATER_OIDC_CLIENT_SECRET": AGENT_CLIENT_SECRET,
+        "TJWATER_MCP_RESOURCE_URI": deployment.mcp,
+    }
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "mcp_token", "--client-credentials", "--scope", "mcp.catalog.read"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert mcp_request(deployment.mcp, completed.stdout.strip(), "tools/list").status == 200
 
 
 def test_token_for_another_audience_is_refused(deployment: Deployment) -> None:

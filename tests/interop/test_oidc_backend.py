@@ -1,17 +1,18 @@
-"""The operator rules of the admin SSO backend (tjwater/oidc.py), in process.
-
-This module also carries the ``django_db`` marker that makes pytest-django create the test database
-for the interop tier: the end-to-end tests here share that database with the servers they start
-through committed rows, so they cannot use the (rolled back) ``db`` fixture themselves.
-"""
+"""The operator rules of the admin SSO backend (tjwater/oidc.py), in process."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+
+import jwt
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
 from django.contrib.auth.models import Permission
+from django.core.exceptions import SuspiciousOperation
 from django.test import override_settings
 
-from tjwater.oidc import claim_at, has_operator_role, operator_group
+from tjwater.oidc import OperatorOIDCBackend, claim_at, has_operator_role, operator_group
 
 
 @pytest.mark.parametrize(
@@ -48,3 +49,48 @@ def test_operator_group_can_view_and_change_the_product_apps_and_nothing_else() 
     assert not group.permissions.filter(content_type__app_label="auth").exists()
     # Idempotent: a second login recomputes the same set.
     assert set(operator_group().permissions.all()) == set(Permission.objects.filter(group=group))
+
+
+ISSUER = "https://sso.example.org/realms/tjwater"
+CLIENT = "tjwater-admin"
+
+
+@pytest.fixture
+def backend_and_key() -> Iterator[tuple[OperatorOIDCBackend, rsa.RSAPrivateKey]]:
+    with override_settings(
+        OIDC_RP_CLIENT_ID=CLIENT, OIDC_OP_ISSUER=ISSUER, OIDC_OP_JWKS_ENDPOINT=f"{ISSUER}/protocol/openid-connect/certs"
+    ):
+        yield OperatorOIDCBackend(), rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def id_token(key: rsa.RSAPrivateKey, **overrides: object) -> str:
+    now = int(time.time())
+    claims = {"iss": ISSUER, "aud": CLIENT, "sub": "s-1", "iat": now, "exp": now + 60, "nonce": "n", **overrides}
+    return jwt.encode({k: v for k, v in claims.items() if v is not None}, key, algorithm="RS256")
+
+
+def test_id_token_with_our_issuer_and_audience_is_accepted(
+    backend_and_key: tuple[OperatorOIDCBackend, rsa.RSAPrivateKey],
+) -> None:
+    backend, key = backend_and_key
+    with override_settings(OIDC_OP_ISSUER=ISSUER):
+        assert backend._verify_jws(id_token(key), key.public_key())["sub"] == "s-1"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"aud": "another-client"},
+        {"iss": "https://evil.example.org/realms/tjwater"},
+        {"azp": "another-client", "aud": [CLIENT, "another-client"]},
+        {"exp": int(time.time()) - 3600},
+        {"iss": None},
+        {"aud": None},
+    ],
+)
+def test_id_token_for_another_audience_or_issuer_is_refused(
+    backend_and_key: tuple[OperatorOIDCBackend, rsa.RSAPrivateKey], overrides: dict[str, object]
+) -> None:
+    backend, key = backend_and_key
+    with override_settings(OIDC_OP_ISSUER=ISSUER), pytest.raises(SuspiciousOperation):
+        backend._verify_jws(id_token(key, **overrides), key.public_key())

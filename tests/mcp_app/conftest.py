@@ -112,10 +112,11 @@ def parse_rpc_response(response: httpx2.Response) -> dict[str, Any]:
 
 
 def call_tool_raw(
-    server: ServerProcess, name: str, arguments: dict[str, Any], bearer: str, timeout: float = 30
+    server: ServerProcess | str, name: str, arguments: dict[str, Any], bearer: str, timeout: float = 30
 ) -> dict[str, Any]:
+    base = server if isinstance(server, str) else server.url
     response = httpx2.post(
-        f"{server.url}/mcp",
+        f"{base}/mcp",
         json=rpc_body("tools/call", {"name": name, "arguments": {"context_handle": HANDLE, **arguments}}),
         headers=rpc_headers("tools/call", bearer, name=name),
         timeout=timeout,

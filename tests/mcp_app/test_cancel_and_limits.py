@@ -100,7 +100,7 @@ def test_four_in_flight_per_principal_and_project_across_two_processes(
 ) -> None:
     servers = [mcp_server, mcp_server_b] * 3
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [pool.submit(slow_result, server, "dave", 2.0) for server in servers]
+        futures = [pool.submit(slow_result, server, "dave", 3.0) for server in servers]
         time.sleep(0.5)
         # Another principal on the same project is not affected by dave's slots.
         other = slow_result(mcp_server_b, "erin", 0.01)
@@ -113,18 +113,20 @@ def test_four_in_flight_per_principal_and_project_across_two_processes(
 
 
 def test_killed_process_frees_its_slots(start_server: Callable[..., ServerProcess], mcp_server: ServerProcess) -> None:
-    doomed = start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+    # The doomed process writes 4 s leases (refreshed every 1.3 s while it lives).
+    lease_s = 4.0
+    doomed = start_server(**{**SERVER_ENV, "TJWATER_MCP_SLOT_LEASE_S": str(lease_s)}, REDIS_URL=settings.REDIS_URL)
     db = db_name()
     baseline = active_sleeps(db)
-    sockets = [open_slow_call(doomed, "frank", 4) for _ in range(4)]
+    sockets = [open_slow_call(doomed, "frank", lease_s) for _ in range(4)]
     wait_for(lambda: active_sleeps(db) >= baseline + 4, timeout=10)
-    doomed.process.kill()  # SIGKILL: no cleanup code runs
+    doomed.process.kill()  # SIGKILL: no cleanup code runs, nobody releases the slots
     doomed.process.wait(timeout=5)
+    killed_at = time.monotonic()
     for sock in sockets:
         sock.close()
     # Its four leases are still in Redis: frank is at the limit on the surviving process...
     assert slow_result(mcp_server, "frank", 0.01)["structuredContent"]["code"] == "RATE_LIMITED"
-    # ...until the leases run out (TJWATER_MCP_SLOT_LEASE_S=1.5 in these servers).
-    lease_s = float(SERVER_ENV["TJWATER_MCP_SLOT_LEASE_S"])
-    time.sleep(lease_s + 0.3)
+    # ...until the leases run out; then the slots are free again without anyone cleaning up.
+    time.sleep(max(0.0, lease_s + 0.5 - (time.monotonic() - killed_at)))
     assert slow_result(mcp_server, "frank", 0.01)["isError"] is False

@@ -90,3 +90,14 @@ def test_uncuttable_large_result_is_limit_exceeded() -> None:
 
     with pytest.raises(LimitExceeded):
         fit_inline({"data": {"blob": "x" * 20000}}, {}, 12000)
+
+
+def test_system_checks(settings: Any) -> None:
+    from mcp_app.checks import check_mcp_settings
+
+    assert check_mcp_settings() == []
+    settings.TJWATER_MCP_QUERY_BUDGET_S = 0
+    settings.TJWATER_MCP_EXPOSED_TOOLS = ["no_such_tool"]
+    settings.TJWATER_MCP_RESOURCE_URI = "/mcp"
+    ids = sorted(e.id for e in check_mcp_settings())
+    assert ids == ["mcp_app.E001", "mcp_app.E004", "mcp_app.E007"]

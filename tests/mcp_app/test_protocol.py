@@ -60,7 +60,8 @@ def test_header_body_mismatch_is_32020(mcp_server: ServerProcess) -> None:
 
 
 def test_unknown_method_is_32601(mcp_server: ServerProcess) -> None:
-    for method in ("prompts/list", "no/such"):
+    # `initialize` at 2026-07-28 is not a method at all: no handshake, no session.
+    for method in ("initialize", "prompts/list", "no/such"):
         response = post(mcp_server, rpc_body(method), rpc_headers(method, token()))
         assert response.status_code == 404
         assert response.json()["error"]["code"] == -32601
@@ -155,6 +156,17 @@ def test_bad_token_is_401_invalid_token(mcp_server: ServerProcess, bad: str) -> 
     assert bad not in response.text
 
 
+def test_token_outside_the_authorization_header_is_ignored(mcp_server: ServerProcess) -> None:
+    response = httpx2.post(
+        f"{mcp_server.url}/mcp?access_token={token()}",
+        json={**rpc_body("tools/list"), "access_token": token()},
+        headers=rpc_headers("tools/list", None),
+        timeout=10,
+    )
+    assert response.status_code == 401
+    assert "error=" not in response.headers["www-authenticate"]
+
+
 def test_insufficient_scope_is_403_per_method(mcp_server: ServerProcess) -> None:
     catalog_only = token(scopes="mcp.catalog.read")
     assert post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", catalog_only)).status_code == 200
@@ -245,6 +257,10 @@ def test_unreachable_jwks_is_503_never_401(start_server: Callable[..., ServerPro
     }
     assert "tools" not in response.text
     server.stop()
+    # The MCP session manager started and stopped with the process's lifespan, cleanly.
+    log = server.log()
+    assert "StreamableHTTP session manager started" in log and "Application shutdown complete" in log
+    assert "Traceback" not in log
 
 
 def test_session_headers_never_identify_anyone(mcp_server: ServerProcess) -> None:
@@ -270,3 +286,11 @@ def test_transport_security_checks_host_and_origin(mcp_server: ServerProcess) ->
         rpc_headers("tools/list", bearer, origin=f"http://127.0.0.1:{mcp_server.port}"),
     )
     assert same_origin.status_code == 200
+
+
+def test_without_dev_project_the_context_handle_decides(live_server_url: str, e2e_project: object) -> None:
+    # The default server has no TJWATER_DEV_PROJECT: a handle that was never issued is refused as a
+    # business error (the context resolver), never answered with data.
+    reply = call_tool_raw(live_server_url, "get_network_schema", {"kind": "pipe"}, token())
+    assert reply["result"]["isError"] is True
+    assert reply["result"]["structuredContent"]["code"] == "CONTEXT_INVALID"

@@ -129,17 +129,32 @@ def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) 
         assert result.is_error is False, (name, result.structured_content)
         assert result.result_type == "complete"
         Draft202012Validator(schema, registry=Registry()).validate(result.structured_content)
+        # ...and specifically its success branch, not the error body.
+        success = {**schema, "anyOf": None, "$ref": schema["anyOf"][0]["$ref"]}
+        del success["anyOf"]
+        Draft202012Validator(success, registry=Registry()).validate(result.structured_content)
         assert len(result.content) == 1 and result.content[0].type == "text" and len(result.content[0].text) < 300
         structured = result.structured_content
         assert structured["origin"] == "model_network" and structured["truncated"] is False
         assert check(structured), (name, structured)
+    # Per-call log lines name principal, project, tool, duration, rows and outcome — never the handle,
+    # the token or the payload.
+    log = mcp_server.log()
+    assert "tool=get_element_properties duration_ms=" in log and "outcome=ok" in log
+    assert HANDLE not in log
+    assert "eyJ" not in log
+    assert "216.408" not in log
 
 
 def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
     async def body(client: Client) -> Any:
-        return await client.call_tool("get_network_options", {"context_handle": HANDLE, "kind": "pump_energy"})
+        listing = await client.list_tools()
+        schema = next(t.output_schema for t in listing.tools if t.name == "get_network_options")
+        return await client.call_tool("get_network_options", {"context_handle": HANDLE, "kind": "pump_energy"}), schema
 
-    result = run_client(mcp_server, body)
+    result, schema = run_client(mcp_server, body)
+    # The error body validates against the tool's outputSchema (clients that check every result).
+    Draft202012Validator(schema, registry=Registry()).validate(result.structured_content)
     assert result.is_error is True
     assert result.structured_content == {
         "code": "INVALID_PARAMETER",

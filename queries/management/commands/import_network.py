@@ -52,4 +52,6 @@ class Command(BaseCommand):
         except NetworkImportError as exc:
             raise CommandError(str(exc)) from exc
         counts = ", ".join(f"{k}={v}" for k, v in summary.counts.items())
-        self.stdout.write(f"imported {Path(options['file']).name} into {project.slug} in {summary.seconds:.1f}s: {counts}")
+        self.stdout.write(
+            f"imported {Path(options['file']).name} into {project.slug} in {summary.seconds:.1f}s: {counts}"
+        )

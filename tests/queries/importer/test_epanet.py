@@ -134,7 +134,11 @@ def test_ky4_pipe_lengths_match_geodesic_length_of_geometry(project: Project) ->
         lons, lats = zip(*pipe.geom.coords, strict=True)
         geodesic = GEOD.line_length(lons, lats)
         link = wn.get_link(pipe.element_id)
-        pts = [wn.get_node(link.start_node_name).coordinates, *link.vertices, wn.get_node(link.end_node_name).coordinates]
+        pts = [
+            wn.get_node(link.start_node_name).coordinates,
+            *link.vertices,
+            wn.get_node(link.end_node_name).coordinates,
+        ]
         drawn = sum(math.dist(a, b) for a, b in zip(pts, pts[1:], strict=False)) * 0.3048
         if drawn > 1.0:
             ratios_to_drawing.append(geodesic / drawn)
@@ -181,20 +185,28 @@ def test_reimport_replaces_the_network(project: Project) -> None:
     assert not NodeBaseline.objects.filter(project=project).exists()
 
 
+def _with_orphan_junction(tmp_path: Path) -> Path:
+    """Net1 plus a junction no pipe connects: WNTR reads it, EPANET refuses to solve it."""
+    text = wntr_network_path("Net1.inp").read_text()
+    for section, line in (("[JUNCTIONS]", " ORPHAN 700 0"), ("[COORDINATES]", " ORPHAN 50 50")):
+        header_end = text.index("\n", text.index("\n", text.index(section)) + 1)
+        text = text[:header_end] + "\n" + line + text[header_end:]
+    path = tmp_path / "net1-orphan.inp"
+    path.write_text(text)
+    return path
+
+
 def test_failed_reimport_leaves_the_old_network_intact(project: Project, tmp_path: Path) -> None:
-    """A real failure half-way: the junctions of the new file are stored, then a pipe id longer than
-    the model allows makes the database refuse the pipes; the transaction rolls back."""
-    import_network(project=project, inp_path=wntr_network_path("Net1.inp"), baseline_hours=2)
+    """A real failure half-way: the new file's elements are written, then EPANET refuses to simulate
+    it (an unconnected node); the transaction rolls back and the old network and baseline remain."""
+    import_network(project=project, inp_path=wntr_network_path("Net3.inp"), baseline_hours=1)
     before = _counts(project), NodeBaseline.objects.filter(project=project).count()
-    long_id = "P" * 70
-    text = wntr_network_path("Net3.inp").read_text().replace(" 40              \t1  ", f" {long_id}\t1  ")
-    assert long_id in text
-    bad = tmp_path / "net3-long-id.inp"
-    bad.write_text(text)
-    with pytest.raises(NetworkImportError, match="previous network is unchanged"):
-        import_network(project=project, inp_path=bad, baseline_hours=0)
+    assert before[1] > 0
+    with pytest.raises(NetworkImportError, match="hydraulic simulation failed: EPANET error 200"):
+        import_network(project=project, inp_path=_with_orphan_junction(tmp_path), baseline_hours=1)
     assert (_counts(project), NodeBaseline.objects.filter(project=project).count()) == before
-    assert Junction.objects.filter(project=project, element_id="11").exists()
+    assert Junction.objects.filter(project=project, element_id="601").exists()  # a Net3 id
+    assert not Junction.objects.filter(project=project, element_id="ORPHAN").exists()
 
 
 def test_unreadable_file_is_refused_before_touching_anything(project: Project, tmp_path: Path) -> None:
@@ -221,7 +233,11 @@ def test_command_exit_codes(tmp_path: Path) -> None:
     Project.objects.create(slug="exit-codes", name="Exit codes")
     garbage = tmp_path / "garbage.inp"
     garbage.write_text("this is not an EPANET file\n")
-    env = {"DATABASE_URL": subprocess_database_url(), "DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"}
+    env = {
+        "DATABASE_URL": subprocess_database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PATH": "/usr/bin:/bin",
+    }
     cases = [
         ([str(tmp_path / "missing.inp"), "--project", "exit-codes"], "network file not found"),
         ([str(garbage), "--project", "exit-codes"], "not a readable EPANET .inp file"),

@@ -1,0 +1,44 @@
+"""System checks for the MCP endpoint settings (STYLE "settings"): a misconfigured endpoint fails at
+start-up, not on the first call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+
+
+@register(Tags.security)
+def check_mcp_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    if not settings.TJWATER_MCP_ENABLED:
+        return errors
+    resource = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
+    if resource.scheme not in ("http", "https") or not resource.netloc or resource.query or resource.fragment:
+        errors.append(Error("TJWATER_MCP_RESOURCE_URI must be an absolute http(s) URL of /mcp.", id="mcp_app.E001"))
+    if not settings.TJWATER_OIDC_ISSUER:
+        errors.append(
+            Error(
+                "TJWATER_OIDC_ISSUER must name the one trusted issuer when TJWATER_MCP_ENABLED is on.",
+                hint="Or enable the dev issuer for a local run (TJWATER_DEV_ISSUER=1, DEBUG=1).",
+                id="mcp_app.E002",
+            )
+        )
+    if not settings.TJWATER_MCP_ALLOWED_CLIENTS:
+        errors.append(Error("TJWATER_MCP_ALLOWED_CLIENTS must list at least one client (azp).", id="mcp_app.E003"))
+    if settings.TJWATER_MCP_QUERY_BUDGET_S < 1:
+        errors.append(Error("TJWATER_MCP_QUERY_BUDGET_S must be at least 1 second.", id="mcp_app.E004"))
+    if settings.TJWATER_MCP_MAX_CONCURRENT < 1:
+        errors.append(Error("TJWATER_MCP_MAX_CONCURRENT must be at least 1.", id="mcp_app.E005"))
+    if settings.TJWATER_MCP_SLOT_LEASE_S <= 0:
+        errors.append(Error("TJWATER_MCP_SLOT_LEASE_S must be positive.", id="mcp_app.E006"))
+    from queries.registry import tools_by_name
+
+    unknown = sorted(set(settings.TJWATER_MCP_EXPOSED_TOOLS) - set(tools_by_name()))
+    if unknown:
+        errors.append(Error(f"TJWATER_MCP_EXPOSED_TOOLS names unknown tools: {unknown}.", id="mcp_app.E007"))
+    return errors
