@@ -114,8 +114,11 @@ def test_inspector_reads_a_business_error_result(setup: Setup) -> None:
     run = inspector(
         setup, "--method", "tools/call", "--tool-name", "list_elements", "--tool-args-json", json.dumps(arguments)
     )
-    assert run.returncode == 0, (run.payload, run.stderr)
+    # The Inspector CLI exits 5 ("tool_is_error") when the tool answered isError; the result itself was
+    # accepted (its structuredContent validates against the tool's outputSchema) and is printed.
+    assert run.returncode == 5, (run.payload, run.stderr)
     assert run.payload["result"]["isError"] is True
+    assert run.payload["result"]["structuredContent"]["code"] == "CONTEXT_INVALID"
 
 
 def test_inspector_lists_resources_and_reading_an_unknown_one_is_an_error(setup: Setup) -> None:

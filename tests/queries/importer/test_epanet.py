@@ -227,10 +227,10 @@ def test_command_errors_via_call_command(project: Project, tmp_path: Path) -> No
         call_command("import_network", str(wntr_network_path("Net1.inp")), "--project", project.slug, "--center", "x")
 
 
-@pytest.mark.django_db(transaction=True)
-def test_command_exit_codes(tmp_path: Path) -> None:
-    """Bad input → exit code 1 and one clear line on stderr (run as a real process)."""
-    Project.objects.create(slug="exit-codes", name="Exit codes")
+@pytest.mark.usefixtures("demo_loaded")
+def test_command_exit_codes(db: None, tmp_path: Path) -> None:
+    """Bad input → exit code 1 and one clear line on stderr (run as a real process against the test
+    database; the unreadable file names the committed demo project, which must stay untouched)."""
     garbage = tmp_path / "garbage.inp"
     garbage.write_text("this is not an EPANET file\n")
     env = {
@@ -239,8 +239,8 @@ def test_command_exit_codes(tmp_path: Path) -> None:
         "PATH": "/usr/bin:/bin",
     }
     cases = [
-        ([str(tmp_path / "missing.inp"), "--project", "exit-codes"], "network file not found"),
-        ([str(garbage), "--project", "exit-codes"], "not a readable EPANET .inp file"),
+        ([str(tmp_path / "missing.inp"), "--project", "tianjin-demo"], "network file not found"),
+        ([str(garbage), "--project", "tianjin-demo"], "not a readable EPANET .inp file"),
         ([str(wntr_network_path("Net1.inp")), "--project", "nope"], "unknown project"),
     ]
     for args, message in cases:
@@ -251,3 +251,4 @@ def test_command_exit_codes(tmp_path: Path) -> None:
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 1, proc.stderr
         assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert Junction.objects.filter(project__slug="tianjin-demo").count() == 3323
