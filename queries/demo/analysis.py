@@ -33,7 +33,13 @@ from wntr.network.controls import Control, ControlAction, SimTimeCondition
 from wntr.sim.results import SimulationResults
 
 from queries.importer.copy import copy_lines
-from queries.importer.epanet import LINK_SERIES_COLUMNS, NODE_SERIES_COLUMNS, link_series_lines, node_series_lines
+from queries.importer.epanet import (
+    LINK_SERIES_COLUMNS,
+    NODE_SERIES_COLUMNS,
+    link_series_lines,
+    node_series_lines,
+    quiet_epanet_log,
+)
 from queries.models import (
     AnalysisLinkSeries,
     AnalysisNodeSeries,
@@ -46,7 +52,7 @@ BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 
 
 def _run_epanet(wn: WaterNetworkModel) -> SimulationResults:
-    with tempfile.TemporaryDirectory(prefix="tjwater-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tjwater-demo-") as tmp, quiet_epanet_log():
         return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
 
 

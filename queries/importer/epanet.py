@@ -17,6 +17,7 @@ import re
 import tempfile
 import time as _time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -93,6 +94,19 @@ def read_inp(path: Path) -> WaterNetworkModel:
     return wn
 
 
+@contextmanager
+def quiet_epanet_log() -> Iterator[None]:
+    """WNTR logs EPANET errors at ERROR level before raising; callers turn the exception into their
+    own one-line message, so the duplicate log line is muted while the toolkit runs."""
+    toolkit = logging.getLogger("wntr.epanet.toolkit")
+    previous = toolkit.level
+    toolkit.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        toolkit.setLevel(previous)
+
+
 def simulate(wn: WaterNetworkModel, *, hours: float, step_minutes: int) -> SimulationResults:
     """Run the EPANET hydraulic (and quality, as the .inp asks) simulation over ``hours`` reported
     every ``step_minutes``. Temporary EPANET files go to a private temporary directory."""
@@ -103,7 +117,7 @@ def simulate(wn: WaterNetworkModel, *, hours: float, step_minutes: int) -> Simul
     wn.options.time.hydraulic_timestep = step
     wn.options.time.report_timestep = step
     wn.options.time.report_start = 0
-    with tempfile.TemporaryDirectory(prefix="tjwater-epanet-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tjwater-epanet-") as tmp, quiet_epanet_log():
         try:
             return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
         except EpanetException as exc:

@@ -26,7 +26,9 @@ CLIENT = "tjwater-agent-mcp"
 HANDLE = "dev-handle-ignored-by-the-stand-in"
 NET1 = Path(wntr.__file__).parent / "library" / "networks" / "Net1.inp"
 PROTOCOL = "2026-07-28"
-# principal subject -> permissions on the project (None: no membership)
+# Subjects are prefixed so these committed rows never collide with other tests' principals.
+SUBJECT_PREFIX = "mcp-e2e-"
+# principal subject (unprefixed) -> permissions on the project (None: no membership)
 PRINCIPALS: dict[str, list[str] | None] = {
     "alice": ["webgis.view"],
     "bob": ["webgis.view"],
@@ -52,17 +54,22 @@ def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EPr
         project = Project.objects.create(slug=PROJECT_SLUG, name="MCP end-to-end (Net1)")
         import_network(project=project, inp_path=NET1, baseline_hours=0)
         for subject, permissions in PRINCIPALS.items():
-            principal, _ = Principal.objects.get_or_create(issuer=settings.TJWATER_DEV_ISSUER_ID, subject=subject)
+            principal, _ = Principal.objects.get_or_create(
+                issuer=settings.TJWATER_DEV_ISSUER_ID, subject=SUBJECT_PREFIX + subject
+            )
             if permissions is not None:
                 Membership.objects.create(principal=principal, project=project, permissions=permissions)
     yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG)
     with django_db_blocker.unblock():
         Project.objects.filter(pk=project.pk).delete()
-        Principal.objects.filter(issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=list(PRINCIPALS)).delete()
+        Principal.objects.filter(
+            issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=[SUBJECT_PREFIX + s for s in PRINCIPALS]
+        ).delete()
 
 
 def token(subject: str = "alice", scopes: str = "mcp.catalog.read mcp.query", client: str = CLIENT) -> str:
-    return dev_issuer.mint_token(subject=subject, client_id=client, scopes=scopes.split(), ttl_s=600)
+    """A dev-issuer token for one of the e2e principals (by its unprefixed name)."""
+    return dev_issuer.mint_token(subject=SUBJECT_PREFIX + subject, client_id=client, scopes=scopes.split(), ttl_s=600)
 
 
 SERVER_ENV = {

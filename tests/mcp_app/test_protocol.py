@@ -294,3 +294,37 @@ def test_without_dev_project_the_context_handle_decides(live_server_url: str, e2
     reply = call_tool_raw(live_server_url, "get_network_schema", {"kind": "pipe"}, token())
     assert reply["result"]["isError"] is True
     assert reply["result"]["structuredContent"]["code"] == "CONTEXT_INVALID"
+
+
+def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    call_command(
+        "mcp_catalog_check",
+        "--url",
+        f"{mcp_server.url}/mcp",
+        "--token",
+        token(),
+        "--context-handle",
+        "h" * 20,
+        stdout=out,
+    )
+    assert out.getvalue().startswith("live check ok:")
+    # A token without the query scope: the harmless call is refused, and the check says so (exit 1).
+    with pytest.raises(CommandError) as exc:
+        call_command(
+            "mcp_catalog_check",
+            "--url",
+            f"{mcp_server.url}/mcp",
+            "--token",
+            token(scopes="mcp.catalog.read"),
+            "--context-handle",
+            "h" * 20,
+            stdout=StringIO(),
+            stderr=StringIO(),
+        )
+    assert exc.value.returncode == 1

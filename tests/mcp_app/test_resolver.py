@@ -25,13 +25,13 @@ def verified(subject: str) -> VerifiedToken:
 
 
 def test_dev_project_scope_from_live_membership(settings: Any, django_assert_num_queries: Any) -> None:
-    settings.TJWATER_DEV_PROJECT = "dev"
-    project = Project.objects.create(slug="dev", name="Dev")
-    principal = Principal.objects.create(issuer=ISSUER, subject="alice")
+    settings.TJWATER_DEV_PROJECT = "resolver-dev"
+    project = Project.objects.create(slug="resolver-dev", name="Dev")
+    principal = Principal.objects.create(issuer=ISSUER, subject="resolver-alice")
     Membership.objects.create(principal=principal, project=project, permissions=["webgis.view"])
     tool = tools_by_name()["list_elements"]
     with django_assert_num_queries(1):
-        scope = resolve_scope(token=verified("alice"), arguments={"context_handle": "ignored"}, tool=tool)
+        scope = resolve_scope(token=verified("resolver-alice"), arguments={"context_handle": "ignored"}, tool=tool)
     assert (scope.principal_id, scope.project_id, scope.permissions) == (
         principal.pk,
         project.pk,
@@ -39,18 +39,18 @@ def test_dev_project_scope_from_live_membership(settings: Any, django_assert_num
     )
     Membership.objects.filter(principal=principal).update(revoked_at=timezone.now())
     with pytest.raises(PermissionDenied):
-        resolve_scope(token=verified("alice"), arguments={}, tool=tool)
+        resolve_scope(token=verified("resolver-alice"), arguments={}, tool=tool)
 
 
 def test_unknown_principal_is_recorded_but_gets_nothing(settings: Any) -> None:
-    settings.TJWATER_DEV_PROJECT = "dev"
-    Project.objects.create(slug="dev", name="Dev")
+    settings.TJWATER_DEV_PROJECT = "resolver-dev"
+    Project.objects.create(slug="resolver-dev", name="Dev")
     with pytest.raises(PermissionDenied):
-        resolve_scope(token=verified("newcomer"), arguments={}, tool=tools_by_name()["list_elements"])
-    assert Principal.objects.filter(issuer=ISSUER, subject="newcomer").exists()
+        resolve_scope(token=verified("resolver-newcomer"), arguments={}, tool=tools_by_name()["list_elements"])
+    assert Principal.objects.filter(issuer=ISSUER, subject="resolver-newcomer").exists()
 
 
 def test_without_dev_project_a_handle_is_required(settings: Any) -> None:
     settings.TJWATER_DEV_PROJECT = ""
     with pytest.raises(ProjectContextRequired):
-        resolve_scope(token=verified("alice"), arguments={}, tool=tools_by_name()["list_elements"])
+        resolve_scope(token=verified("resolver-alice"), arguments={}, tool=tools_by_name()["list_elements"])

@@ -221,6 +221,8 @@ def test_unreadable_file_is_refused_before_touching_anything(project: Project, t
 def test_command_errors_via_call_command(project: Project, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="network file not found"):
         call_command("import_network", str(tmp_path / "missing.inp"), "--project", project.slug)
+    with pytest.raises(CommandError, match="hydraulic simulation failed"):
+        call_command("import_network", str(_with_orphan_junction(tmp_path)), "--project", project.slug)
     with pytest.raises(CommandError, match="unknown project"):
         call_command("import_network", str(wntr_network_path("Net1.inp")), "--project", "no-such-project")
     with pytest.raises(CommandError, match="--center"):
