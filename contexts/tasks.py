@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from contexts import services
+from contexts import services, tokens
 
 
 @shared_task(name="contexts.revoke_stale")
@@ -24,3 +24,11 @@ def revoke_stale() -> dict[str, int]:
 def purge() -> int:
     """Delete contexts expired or revoked longer ago than the retention period; returns the count."""
     return services.contexts_purge()
+
+
+@shared_task(name="contexts.refresh_issuer_keys")
+def refresh_issuer_keys() -> dict[str, object]:
+    """Renew the issuer's metadata and JWKS in the shared cache ahead of expiry; returns what was
+    fetched (key ids, never key material)."""
+    result = tokens.refresh_issuer_keys()
+    return {"issuer": result.issuer, "kids": list(result.kids), "source": result.source, "shared": result.shared}

@@ -78,6 +78,38 @@ def transport_security() -> TransportSecuritySettings:
     )
 
 
+async def _read_body(receive: Any, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than ``limit`` or the client went away."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _request_id(body: bytes | None) -> str | int | None:
+    """The JSON-RPC ``id`` of a request body, so an error answer carries it (JSON-RPC 2.0 §5); None when
+    the body cannot be read as one request object with a valid id (a batch, a notification, garbage)."""
+    if not body:
+        return None
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    request_id = message.get("id") if isinstance(message, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return None
+    return request_id
+
+
 def _header(scope: dict[str, Any], name: str) -> str | None:
     key = name.lower().encode()
     values = [v.decode("latin-1") for k, v in scope.get("headers", []) if k == key]
@@ -155,12 +187,13 @@ class McpEndpoint:
         if requested not in SUPPORTED_VERSIONS:
             rejection = unsupported_protocol_version_rejection(requested or "", SUPPORTED_VERSIONS)
             assert rejection is not None  # requested is not supported
+            request_id = _request_id(await _read_body(receive, MAX_REQUEST_BODY_BYTES))
             await send_json(
                 send,
                 400,
                 {
                     "jsonrpc": "2.0",
-                    "id": None,
+                    "id": request_id,
                     "error": {
                         "code": rejection.code,
                         "message": "Unsupported protocol version: this server speaks MCP 2026-07-28 only "

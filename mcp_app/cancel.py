@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import anyio
@@ -84,11 +84,12 @@ def _is_query_canceled(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.errors.QueryCanceled) or isinstance(exc.__cause__, psycopg.errors.QueryCanceled)
 
 
-async def run_query(fn: Callable[[], T], *, budget_s: float, audit_fields: dict[str, object]) -> T:
+async def run_query(fn: Callable[[], T], *, budget_s: float, audit_fields: Callable[[], Mapping[str, object]]) -> T:
     """Run ``fn`` (sync, using Django's connection) in a worker thread under the query budget.
 
     On cancellation of the awaiting task, the backend statement is cancelled before the cancellation
-    propagates, and an audit line records it. A statement that exceeds the budget raises
+    propagates, and an audit line records it (``audit_fields()`` is read then: the worker may have
+    learnt who the call is for only while running). A statement that exceeds the budget raises
     ``QueryTimeout``.
     """
     handle = BackendHandle()
@@ -103,7 +104,7 @@ async def run_query(fn: Callable[[], T], *, budget_s: float, audit_fields: dict[
         audit.info(
             "mcp call cancelled backend_cancel_sent=%s %s",
             sent,
-            " ".join(f"{k}={v}" for k, v in audit_fields.items()),
+            " ".join(f"{k}={v}" for k, v in audit_fields().items()),
         )
         raise
     except DatabaseError as exc:

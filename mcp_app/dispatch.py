@@ -1,17 +1,23 @@
 """The one dispatch path every tool call goes through (STYLE "thin edges").
 
 authenticate (done by the HTTP layer) → find the tool in the catalog → validate the arguments against
-its wire schema → resolve the ``QueryScope`` → check the caller may use the tool → take an in-flight
-slot → run the service in a worker thread under the query budget, cancellable down to PostgreSQL →
-shape the result (envelope, inline size cap) → log one line.
+its wire schema → then, in ONE worker thread inside the call's read-only transaction (cancellable down
+to PostgreSQL, under the query budget): resolve the ``QueryScope`` from the context handle → check the
+caller may use the tool → take an in-flight slot → run the service → release the slot → back on the
+event loop: shape the result (envelope, inline size cap) → log one line.
+
+One thread hop per call (not one for the scope and another for the query) and one database connection
+checkout; the slot's lease is kept alive from the event loop while the worker runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -32,10 +38,13 @@ from mcp_app.errors import (
     application_error_result,
     internal_error_result,
     invalid_arguments,
+    resource_internal_error,
+    resource_not_found,
+    resource_refused,
     unknown_tool,
 )
-from mcp_app.limits import ConcurrencyLimiter
-from mcp_app.resolver import resolve_scope
+from mcp_app.limits import ConcurrencyLimiter, LeaseHolder
+from mcp_app.resolver import resolve_resource_scope, resolve_scope
 
 logger = logging.getLogger("tjwater.mcp")
 
@@ -62,10 +71,11 @@ def validate_arguments(entry: CatalogEntry, arguments: Mapping[str, Any] | None)
 
 
 def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
-    """R-TOOL-1: catalog ∩ the principal's permissions ∩ the context's tools."""
+    """R-TOOL-1: catalog ∩ the principal's permissions (now) ∩ the context's tools. A binding with no
+    tools allows none — an empty ``allowed_tools`` never means "any tool"."""
     if not all(scope.has(p) for p in entry.spec.permissions):
         return False
-    return not scope.allowed_tools or entry.spec.name in scope.allowed_tools
+    return entry.spec.name in scope.allowed_tools
 
 
 def _json_size(payload: Any) -> int:
@@ -125,10 +135,28 @@ def _row_count(structured: dict[str, Any]) -> int:
     return 1
 
 
-def _resolve(token: VerifiedToken, args: dict[str, Any], entry: CatalogEntry) -> QueryScope:
-    """Resolve the scope in a worker thread, handing its database connection back to the pool after."""
+class _NotCallable(Exception):
+    """The resolved caller may not use this tool (answered as an unknown tool)."""
+
+
+@dataclass
+class _CallState:
+    """What the worker thread learns about a call, for the event-loop side (logs, audit, heartbeat)."""
+
+    scope: QueryScope | None = None
+    lease: LeaseHolder = field(default_factory=LeaseHolder)
+
+    def audit_fields(self) -> dict[str, object]:
+        scope = self.scope
+        return {
+            "principal": scope.principal_id if scope else "-",
+            "project": scope.project_id if scope else "-",
+        }
+
+
+def _resolve_resource(token: VerifiedToken, meta: Mapping[str, Any] | None) -> QueryScope:
     try:
-        return resolve_scope(token=token, arguments=args, tool=entry.spec)
+        return resolve_resource_scope(token=token, meta=meta)
     finally:
         connection.close()
 
@@ -140,6 +168,33 @@ class Dispatcher:
         self.catalog = catalog
         self.limiter = limiter
 
+    def _serve(
+        self,
+        *,
+        token: VerifiedToken,
+        entry: CatalogEntry,
+        args: dict[str, Any],
+        state: _CallState,
+        session: Any | None,
+    ) -> BaseModel:
+        """The worker-thread part of a call (inside ``cancel.run_query``'s transaction)."""
+        scope = resolve_scope(token=token, arguments=args, tool_name=entry.spec.name)
+        state.scope = scope
+        if not caller_may_use(entry, scope):
+            raise _NotCallable
+        lease = self.limiter.acquire_blocking(scope.principal_id, scope.project_id)
+        state.lease.set(lease)
+        try:
+            if session is not None:
+                anyio.from_thread.run(session.report_progress, 0, 1, "query started")
+            result = entry.spec.invoke(scope, args)
+            if session is not None:
+                anyio.from_thread.run(session.report_progress, 1, 1, "query finished")
+            return result
+        finally:
+            state.lease.set(None)
+            self.limiter.release_blocking(lease)
+
     async def call_tool(
         self, *, token: VerifiedToken, name: str, arguments: Mapping[str, Any] | None, session: Any, progress: bool
     ) -> types.CallToolResult:
@@ -148,29 +203,20 @@ class Dispatcher:
             raise unknown_tool(name)
         args = validate_arguments(entry, arguments)
         started = time.monotonic()
-        scope: QueryScope | None = None
+        state = _CallState()
         outcome = "ok"
         rows = 0
+        # A plain task, not a task group around the call: exceptions of the call must reach the caller
+        # unwrapped (a task group would wrap them in an ExceptionGroup).
+        heartbeat = asyncio.get_running_loop().create_task(self.limiter.keep_alive(state.lease))
         try:
-            scope = await anyio.to_thread.run_sync(_resolve, token, args, entry)
-            if not caller_may_use(entry, scope):
-                outcome = "unknown_tool"
-                raise unknown_tool(name)
-            async with self.limiter.slot(scope.principal_id, scope.project_id):
-                if progress:
-                    await session.report_progress(0, 1, "query started")
-                bound_scope = scope
-                result = await run_query(
-                    lambda: entry.spec.invoke(bound_scope, args),
-                    budget_s=settings.TJWATER_MCP_QUERY_BUDGET_S,
-                    audit_fields={
-                        "principal": scope.principal_id,
-                        "project": scope.project_id,
-                        "tool": name,
-                    },
-                )
-                if progress:
-                    await session.report_progress(1, 1, "query finished")
+            result = await run_query(
+                lambda: self._serve(
+                    token=token, entry=entry, args=args, state=state, session=session if progress else None
+                ),
+                budget_s=settings.TJWATER_MCP_QUERY_BUDGET_S,
+                audit_fields=lambda: {**state.audit_fields(), "tool": name},
+            )
             structured = fit_inline(result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES)
             rows = _row_count(structured)
             return types.CallToolResult(
@@ -181,7 +227,7 @@ class Dispatcher:
             )
         except MCPError:
             raise
-        except ToolNotInContext:
+        except (_NotCallable, ToolNotInContext):
             outcome = "unknown_tool"
             raise unknown_tool(name) from None
         except ApplicationError as exc:
@@ -195,6 +241,8 @@ class Dispatcher:
             logger.error("mcp tool failed tool=%s error_class=%s", name, type(exc).__name__)
             return internal_error_result()
         finally:
+            heartbeat.cancel()
+            scope = state.scope
             logger.info(
                 "mcp call principal=%s project=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
                 scope.principal_id if scope else "-",
@@ -202,5 +250,36 @@ class Dispatcher:
                 name,
                 (time.monotonic() - started) * 1000,
                 rows,
+                outcome,
+            )
+
+    async def read_resource(
+        self, *, token: VerifiedToken, uri: str, meta: Mapping[str, Any] | None
+    ) -> types.ReadResourceResult:
+        """``resources/read`` (R-EVID-4, R-CTX-6): the context handle from
+        ``_meta["cn.tjwater/contextHandle"]`` is resolved first (no tool); without a valid one the
+        caller learns nothing about the resource. No evidence resources exist yet, so an authorized
+        read of any URI is "not found" (-32602, SEP-2164)."""
+        started = time.monotonic()
+        scope: QueryScope | None = None
+        outcome = "not_found"
+        try:
+            scope = await anyio.to_thread.run_sync(_resolve_resource, token, meta)
+            raise resource_not_found(uri)
+        except MCPError:
+            raise
+        except ApplicationError as exc:
+            outcome = exc.code
+            raise resource_refused(uri, exc) from None
+        except Exception as exc:
+            outcome = "internal_error"
+            logger.error("mcp resource read failed error_class=%s", type(exc).__name__)
+            raise resource_internal_error() from None
+        finally:
+            logger.info(
+                "mcp resource read principal=%s project=%s duration_ms=%.1f outcome=%s",
+                scope.principal_id if scope else "-",
+                scope.project_slug if scope else "-",
+                (time.monotonic() - started) * 1000,
                 outcome,
             )

@@ -14,7 +14,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS
 
 from contexts.errors import ApplicationError
 
@@ -26,6 +26,26 @@ def unknown_tool(name: str) -> MCPError:
 
 def invalid_arguments(detail: str) -> MCPError:
     return MCPError(code=INVALID_PARAMS, message=f"Invalid arguments: {detail}")
+
+
+def resource_not_found(uri: str) -> MCPError:
+    # SEP-2164 (2026-07-28): an unknown resource is -32602 with the requested URI in ``data``.
+    return MCPError(code=INVALID_PARAMS, message="Resource not found", data={"uri": uri[:2048]})
+
+
+def resource_refused(uri: str, exc: ApplicationError) -> MCPError:
+    """``resources/read`` has no ``isError`` result: a context failure (no handle, unknown or foreign
+    handle, expired, revoked, membership gone…) is a -32602 naming the stable business code, before
+    anything about the resource is looked at — so it never tells whether the resource exists."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=f"{exc.code}: {exc.message}",
+        data={"uri": uri[:2048], "code": exc.code, "retryable": exc.retryable},
+    )
+
+
+def resource_internal_error() -> MCPError:
+    return MCPError(code=INTERNAL_ERROR, message="The server failed to answer this request; it has been logged.")
 
 
 def error_result(code: str, message: str, *, retryable: bool) -> types.CallToolResult:

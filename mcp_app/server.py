@@ -1,7 +1,8 @@
 """The SDK side of ``/mcp``: a low-level ``mcp.server.Server`` and its handlers (SPEC §2).
 
-Only tools/list, tools/call, resources/list and resources/read are registered, so ``server/discover``
-reports exactly ``tools`` and ``resources`` (R-PROTO-2; SDK_NOTES "Server"). The verified token is put
+Only tools/list, tools/call, resources/list, resources/templates/list and resources/read are
+registered, so ``server/discover`` reports exactly ``tools`` and ``resources`` (R-PROTO-2; SDK_NOTES
+"Server": the SDK derives capabilities from the handlers, and templates add nothing to them). The verified token is put
 into the ASGI scope by the HTTP layer (``mcp_app.asgi``) and read here from the Starlette request.
 """
 
@@ -13,7 +14,6 @@ import mcp_types as types
 from mcp.server import Server
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
-from mcp.shared.exceptions import MCPError
 
 from contexts.tokens import VerifiedToken
 from mcp_app.catalog import Catalog
@@ -25,7 +25,6 @@ PROTOCOL_VERSION = "2026-07-28"
 SUPPORTED_VERSIONS = [PROTOCOL_VERSION]
 CLIENT_CREDENTIALS_EXTENSION = "io.modelcontextprotocol/oauth-client-credentials"
 TOKEN_SCOPE_KEY = "tjwater.token"
-RESOURCE_NOT_FOUND = -32002
 INSTRUCTIONS = (
     "Read-only access to a water utility's hydraulic network model and related data. Every business tool "
     "needs the context_handle of a context created for one project; results are paged and capped."
@@ -70,10 +69,17 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
         # Evidence snapshots become resources with the evidence work (R-EVID-4); none are listed yet.
         return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
 
+    async def list_resource_templates(
+        ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        # No templates: evidence resources are addressed by the URIs the tools return. Answered (not
+        # -32601) because the resources capability is declared; private like every resources answer.
+        return types.ListResourceTemplatesResult(resource_templates=[], ttl_ms=0, cache_scope="private")
+
     async def read_resource(
         ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        raise MCPError(code=RESOURCE_NOT_FOUND, message="Resource not found", data={"uri": str(params.uri)[:300]})
+        return await dispatcher.read_resource(token=request_token(ctx), uri=str(params.uri), meta=params.meta)
 
     server: Server[Any] = Server(
         SERVER_NAME,
@@ -84,6 +90,7 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
             "server/discover": PUBLIC_CATALOG,
             "tools/list": PUBLIC_CATALOG,
             "resources/list": PRIVATE,
+            "resources/templates/list": PRIVATE,
             "resources/read": PRIVATE,
         },
         # Header (Mcp-Param-*) validation reads the schema from the catalog instead of running the
@@ -92,6 +99,7 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
         on_list_resources=list_resources,
+        on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,
     )
     # R-AUTH-4: service identities may use client_credentials.

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -17,6 +18,26 @@ import redis
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any, django_db_keepdb: bool) -> Iterator[None]:
+    """Always create the test database, even when no collected test is marked ``django_db``.
+
+    pytest-django sets up only the aliases that some collected test marks; end-to-end tests reach the
+    database through uvicorn processes and committed rows instead, so a run of only those files would
+    otherwise point the servers at the developer's own database."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    if str(settings.DATABASES["default"]["NAME"]).startswith("test_"):
+        yield
+        return
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=0, interactive=False, aliases={"default"}, keepdb=django_db_keepdb)
+    yield
+    if not django_db_keepdb:
+        with django_db_blocker.unblock():
+            teardown_databases(config, verbosity=0)
 
 
 def free_port() -> int:

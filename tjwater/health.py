@@ -1,8 +1,12 @@
-"""Readiness checks (SPEC §10): database and Redis, each bounded so /healthz never hangs.
+"""Readiness checks (SPEC §10): database, Redis and the issuer's JWKS, each bounded so /healthz never
+hangs.
 
 Each check opens its own short-lived connection with a connect timeout instead of borrowing from the
 Django pool: a pool waits for its own timeout when the database is down, and a health probe must answer
-within about three seconds whatever is broken.
+within about three seconds whatever is broken. The JWKS check goes through the process's token
+validator: a cached, still-fresh key set is enough (no request to the issuer per probe); otherwise it
+is loaded like a request would load it (the shared cache, then the issuer, with the check's timeout).
+With the dev issuer the key is local, so the check proves the key file loads.
 """
 
 from __future__ import annotations
@@ -45,7 +49,13 @@ def check_redis() -> None:
         client.close()
 
 
-CHECKS = {"database": check_database, "redis": check_redis}
+def check_jwks() -> None:
+    from contexts.tokens import get_validator
+
+    get_validator().ensure_keys(timeout_s=CHECK_TIMEOUT_S)
+
+
+CHECKS = {"database": check_database, "redis": check_redis, "jwks": check_jwks}
 
 _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="healthz")
 

@@ -149,6 +149,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "contexts.purge",
         "schedule": crontab(minute=17),
     },
+    # The issuer's JWKS (and discovery document) re-read ahead of expiry, so no request pays for the
+    # fetch and a rotated key is known before the first token signed with it arrives (SPEC §9).
+    "contexts-refresh-issuer-keys": {
+        "task": "contexts.refresh_issuer_keys",
+        "schedule": 120.0,
+    },
 }
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
@@ -190,11 +196,6 @@ TJWATER_MCP_INLINE_MAX_BYTES = env.int("TJWATER_MCP_INLINE_MAX_BYTES", default=1
 # Transport security (DNS rebinding protection of the SDK): Host values accepted on /mcp, and
 # browser Origins accepted. Default: ALLOWED_HOSTS on any port, and the resource URI's origin.
 TJWATER_MCP_ALLOWED_ORIGINS = env.list("TJWATER_MCP_ALLOWED_ORIGINS", default=[])
-# Development-only stand-in for context handles (issue 4): the slug of the project every verified
-# principal's calls are bound to, through its Membership there. Removed by the context-handle work.
-TJWATER_DEV_PROJECT = env.str("TJWATER_DEV_PROJECT", default="")
-if TJWATER_DEV_PROJECT and not DEBUG:
-    raise ImproperlyConfigured("TJWATER_DEV_PROJECT is a development aid and is refused with DEBUG=False")
 # Registers the test-only tools (a pg_sleep query used to prove cancellation). Test settings only.
 TJWATER_MCP_TEST_TOOLS = False
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
+from django.db import connection
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
 
 from queries.demo.cleaning import clean_series
 from queries.importer.copy import copy_lines, copy_text
-from queries.importer.epanet import NetworkRows
+from queries.importer.epanet import NetworkGeometry
 from queries.models import ScadaDevice, ScadaReading
 
 SLOT_S = 300
@@ -56,7 +57,7 @@ def _spread(
 
 def choose_devices(
     wn: WaterNetworkModel,
-    geometry: NetworkRows,
+    geometry: NetworkGeometry,
     rng: np.random.Generator,
     *,
     pressure: int,
@@ -132,6 +133,13 @@ def synthesize(
     return out
 
 
+def summarize_reading_brin() -> None:
+    """Summarize the readings' BRIN page ranges written since the last summary, so time-window scans
+    skip them at once instead of after the next autovacuum."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT brin_summarize_new_values(%s::regclass)", ["scadareading_time_brin"])
+
+
 def write_scada(
     *,
     project_id: int,
@@ -184,4 +192,5 @@ def write_scada(
     rows = copy_lines(
         ScadaReading._meta.db_table, ["device_id", "time", "monitored_value", "cleaned_value", "quality"], lines()
     )
+    summarize_reading_brin()
     return {"scada_device": len(devices), "scada_reading": rows}

@@ -30,7 +30,7 @@ from queries.importer.epanet import (
     write_network,
 )
 from queries.importer.georef import Georeferencer
-from queries.models import LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
+from queries.models import ELEMENT_MODELS, LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
 
 
 @dataclass
@@ -110,6 +110,7 @@ def generate_scale_network(
                     if i == 0 and j == 0:
                         continue
                     _copy_tile(cur, project.pk, tile_prefix(i, j))
+        demo_scada.summarize_reading_brin()
         summary.phases["copy_tiles"] = _time.monotonic() - t
         # Every tile is a copy of tile 0, so the totals are tile 0's counts times the tile count.
         n_tiles = tiles * tiles
@@ -120,7 +121,7 @@ def generate_scale_network(
         summary.counts["scada_reading"] = len(specs0) * int(baseline_hours * 3600 // demo_scada.SLOT_S) * n_tiles
     t = _time.monotonic()
     with connection.cursor() as cur:
-        for model in (NodeBaseline, LinkBaseline, ScadaReading):
+        for model in (NodeBaseline, LinkBaseline, ScadaReading, ScadaDevice, *ELEMENT_MODELS.values()):
             cur.execute(f'ANALYZE "{model._meta.db_table}"')  # noqa: S608 - our table names
     summary.phases["analyze"] = _time.monotonic() - t
     summary.seconds = _time.monotonic() - t0

@@ -31,7 +31,7 @@ from queries.demo import analysis as demo_analysis
 from queries.demo import scada as demo_scada
 from queries.importer.copy import copy_rows, linestring_ewkt, point_ewkt
 from queries.importer.epanet import (
-    NetworkRows,
+    NetworkGeometry,
     delete_network,
     georeferencer_for,
     network_geometry,
@@ -93,7 +93,7 @@ class _Network:
     project: Project
     inp: Path
     wn: WaterNetworkModel
-    geometry: NetworkRows
+    geometry: NetworkGeometry
     results: object
 
 

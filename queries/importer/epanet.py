@@ -161,14 +161,14 @@ def _status(link: Any) -> str:
 
 
 @dataclass
-class NetworkRows:
-    """Everything an import writes for the network itself, as COPY rows (without ``project_id``)."""
+class NetworkGeometry:
+    """The georeferenced geometry of a network: lon/lat per node id, lon/lat polyline per link id."""
 
     node_lonlat: dict[str, tuple[float, float]]
     link_coords: dict[str, list[tuple[float, float]]]
 
 
-def network_geometry(wn: WaterNetworkModel, georef: Georeferencer) -> NetworkRows:
+def network_geometry(wn: WaterNetworkModel, georef: Georeferencer) -> NetworkGeometry:
     """Lon/lat of every node and the lon/lat polyline of every link (start, vertices, end)."""
     names = list(wn.node_name_list)
     xy = np.array([wn.get_node(n).coordinates for n in names], dtype=float).reshape(-1, 2)
@@ -179,7 +179,7 @@ def network_geometry(wn: WaterNetworkModel, georef: Georeferencer) -> NetworkRow
         verts = list(link.vertices)
         middle = [tuple(p) for p in georef.transform(np.array(verts, dtype=float)).tolist()] if verts else []
         link_coords[name] = [node_lonlat[link.start_node_name], *middle, node_lonlat[link.end_node_name]]
-    return NetworkRows(node_lonlat=node_lonlat, link_coords=link_coords)
+    return NetworkGeometry(node_lonlat=node_lonlat, link_coords=link_coords)
 
 
 def _tag(obj: Any) -> str:
@@ -190,7 +190,7 @@ def write_network(
     *,
     project_id: int,
     wn: WaterNetworkModel,
-    geometry: NetworkRows,
+    geometry: NetworkGeometry,
     id_prefix: str = "",
     global_options: bool = True,
 ) -> dict[str, int]:

@@ -13,9 +13,11 @@ Index choice (the table must stay fast at tens of millions of rows): every read 
 this time window", served by the unique btree on ``(device_id, time)`` (an index range scan per
 device, rows come out in time order). A BRIN index on ``time`` (a few pages for millions of rows, since
 readings arrive in time order) serves whole-project time-window scans and retention deletes without a
-second large btree. Beyond a few hundred million rows the next step is monthly range partitioning on
-``time`` (or a TimescaleDB hypertable when the extension is present); the same two indexes then exist
-per partition.
+second large btree (the BRIN index summarizes new ranges automatically; bulk loaders summarize
+explicitly). Measured on 16.1 M rows (4,000 devices, 14 days): 3 devices × 24 h via the btree 1.5 ms;
+all devices × 1 h via BRIN 12 ms; BRIN 24 kB vs btree 556 MB. Beyond a few hundred million rows the
+next step is monthly range partitioning on ``time`` (or a TimescaleDB hypertable when the extension is
+present); the same two indexes then exist per partition.
 """
 
 from __future__ import annotations
@@ -80,7 +82,10 @@ class ScadaReading(models.Model):
                 name="scadareading_no_cleaned_without_monitored",
             ),
         ]
-        indexes = [BrinIndex(fields=["time"], name="scadareading_time_brin", pages_per_range=32)]
+        # autosummarize: autovacuum summarizes each page range as it fills; without it, ranges appended
+        # after the last VACUUM stay unsummarized and every BRIN scan reads them all. Bulk loaders also
+        # call brin_summarize_new_values() right after loading (see queries.demo.scada).
+        indexes = [BrinIndex(fields=["time"], name="scadareading_time_brin", pages_per_range=32, autosummarize=True)]
 
     def __str__(self) -> str:
         return f"{self.device_id}@{self.time:%Y-%m-%dT%H:%M}"

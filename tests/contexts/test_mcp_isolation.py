@@ -86,7 +86,6 @@ def servers(start_server: Callable[..., ServerProcess], iso: IsoWorld) -> tuple[
     # The in-flight limit (R-PAGE-7, tested elsewhere) is raised so interleaved calls are not refused.
     env = {
         "TJWATER_MCP_ALLOWED_CLIENTS": f"tjwater-agent-mcp,{OTHER_CLIENT}",
-        "TJWATER_DEV_PROJECT": "",
         "TJWATER_MCP_MAX_CONCURRENT": "64",
     }
     return start_server(**env), start_server(**env)

@@ -2,23 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
+from django.test import override_settings
 from django.utils import timezone
 
-from contexts import services, tasks
+from contexts import services, tasks, tokens
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
 from tests.contexts import factories
 from tests.contexts.conftest import CATALOG
+from tests.contexts.test_tokens import Issuer
 from tjwater.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -95,9 +101,67 @@ def test_purge_task_deletes_contexts_past_retention(worker: None, prepared: Prep
     assert tasks.purge.delay().get(timeout=30) == 0
 
 
-def test_both_jobs_are_on_the_beat_schedule() -> None:
+def test_the_jobs_are_on_the_beat_schedule() -> None:
     scheduled = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert {"contexts.revoke_stale", "contexts.purge"} <= scheduled
+    assert {"contexts.revoke_stale", "contexts.purge", "contexts.refresh_issuer_keys"} <= scheduled
+    # Renewal runs well inside the JWKS cache lifetime, so the shared copy never runs out in between.
+    entry = next(e for e in app.conf.beat_schedule.values() if e["task"] == "contexts.refresh_issuer_keys")
+    assert float(entry["schedule"]) < settings.TJWATER_OIDC_JWKS_CACHE_S
+
+
+@pytest.fixture
+def real_issuer() -> Iterator[Issuer]:
+    """The in-process issuer of the token matrix, trusted as the one issuer by this process (the worker
+    runs in it); the process-wide validator and the shared JWKS copy are forgotten afterwards."""
+    issuer = Issuer()
+    issuer.add_key("k1")
+    tokens.reset_validator()
+    with override_settings(TJWATER_OIDC_ISSUER=issuer.url, TJWATER_DEV_ISSUER=False):
+        yield issuer
+    tokens.reset_validator()
+    issuer.httpd.shutdown()
+    issuer.httpd.server_close()
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    for key in client.scan_iter(f"{tokens.SHARED_JWKS_KEY_PREFIX}*"):
+        client.delete(key)
+    client.close()
+
+
+def test_refresh_issuer_keys_task_renews_the_caches_ahead_of_a_rotation(worker: None, real_issuer: Issuer) -> None:
+    validator = tokens.get_validator()
+    validator.verify(real_issuer.token("k1"))
+    assert (validator.cached_kids(), real_issuer.jwks_fetches) == (("k1",), 1)
+    real_issuer.add_key("k2")  # the issuer starts publishing its next key
+
+    result = tasks.refresh_issuer_keys.delay().get(timeout=30)
+
+    assert result == {"issuer": real_issuer.url, "kids": ["k1", "k2"], "source": "issuer", "shared": True}
+    assert real_issuer.jwks_fetches == 2
+    # This process's cache was replaced: a token signed with the new key needs no refetch.
+    assert validator.cached_kids() == ("k1", "k2")
+    assert validator.verify(real_issuer.token("k2")).subject == "alice"
+    assert real_issuer.jwks_fetches == 2
+    # The shared copy every server process reads when its own goes stale holds the new key too: a
+    # validator with an empty memory (another process) takes it without calling the issuer.
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    shared = json.loads(client.get(validator.shared_cache_key) or b"{}")
+    client.close()
+    assert sorted(k["kid"] for k in shared["jwks"]["keys"]) == ["k1", "k2"]
+    other_process = tokens.TokenValidator(tokens.config_from_settings())
+    assert other_process.verify(real_issuer.token("k2")).subject == "alice"
+    assert real_issuer.jwks_fetches == 2
+
+
+def test_refresh_issuer_keys_command(real_issuer: Issuer) -> None:
+    out = StringIO()
+    call_command("contexts_maintenance", "--refresh-issuer-keys", stdout=out)
+    assert out.getvalue().strip() == "issuer keys refreshed source=issuer keys=1 shared=True"
+    assert real_issuer.jwks_fetches == 1
+    real_issuer.down = True
+    with pytest.raises(CommandError, match="could not be fetched"):
+        call_command("contexts_maintenance", "--refresh-issuer-keys", stdout=StringIO())
+    # The caches keep what they had: tokens still verify while the issuer is down.
+    assert tokens.get_validator().verify(real_issuer.token("k1")).subject == "alice"
 
 
 def test_revoke_stale_on_several_workers_at_once_revokes_each_context_exactly_once(prepared: Prepared) -> None:

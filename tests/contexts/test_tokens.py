@@ -12,6 +12,7 @@ from typing import Any
 
 import jwt
 import pytest
+import redis
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contexts.tokens import (
@@ -263,3 +264,33 @@ def test_bearer_from_authorization() -> None:
             bearer_from_authorization(missing)
     with pytest.raises(InvalidToken):
         bearer_from_authorization("Bearer ")
+
+
+def test_shared_jwks_copy_serves_other_processes_until_it_expires(issuer: Issuer) -> None:
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    try:
+        first = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        first.verify(issuer.token())
+        assert issuer.jwks_fetches == 1
+        # Another process (a validator with an empty memory) takes the fresh shared copy...
+        second = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        assert second.verify(issuer.token()).subject == "alice"
+        assert issuer.jwks_fetches == 1
+        # ...but not a stale one: after the cache lifetime it goes to the issuer again.
+        time.sleep(1.1)
+        third = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        third.verify(issuer.token())
+        assert issuer.jwks_fetches == 2
+    finally:
+        client.delete(issuer.validator().shared_cache_key)
+        client.close()
+
+
+def test_shared_cache_down_falls_back_to_the_issuer(issuer: Issuer) -> None:
+    from tests.conftest import free_port
+
+    validator = issuer.validator(shared_cache_url=f"redis://127.0.0.1:{free_port()}/0")
+    assert validator.verify(issuer.token()).subject == "alice"
+    assert issuer.jwks_fetches == 1

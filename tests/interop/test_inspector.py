@@ -123,10 +123,24 @@ def test_inspector_reads_a_business_error_result(setup: Setup) -> None:
 
 def test_inspector_lists_resources_and_reading_an_unknown_one_is_an_error(setup: Setup) -> None:
     # Evidence snapshots become resources with the evidence work (R-EVID-4); until then the list is empty
-    # and resources/read is proven on its error path.
+    # and resources/read is proven on its error paths: without a context handle in
+    # _meta["cn.tjwater/contextHandle"] the read is refused before the URI is looked at; with one, the
+    # unknown URI is "not found" (-32602, SEP-2164).
     listed = inspector(setup, "--method", "resources/list")
     assert listed.returncode == 0, listed.stderr
     assert listed.payload["result"]["resources"] == []
-    read = inspector(setup, "--method", "resources/read", "--uri", "tjwater://evidence/999999")
+    uri = "tjwater://evidence/999999"
+    refused = inspector(setup, "--method", "resources/read", "--uri", uri)
+    assert refused.returncode != 0
+    assert refused.payload["error"]["message"].startswith("PROJECT_CONTEXT_REQUIRED: ")
+    read = inspector(
+        setup,
+        "--method",
+        "resources/read",
+        "--uri",
+        uri,
+        "--metadata",
+        f"cn.tjwater/contextHandle={json.dumps(setup.handle)}",
+    )
     assert read.returncode != 0
     assert read.payload["error"]["message"] == "Resource not found"

@@ -1,8 +1,9 @@
 """Latency measurement (not collected by pytest): N sequential ``tools/call get_element_properties`` with
-the SDK client against a running server, printing the median and p90/p99 in milliseconds.
+the SDK client against a running server, printing the median and p90/p99 in milliseconds. Every call
+carries a real context handle (create one with ``POST /api/v1/mcp-query-contexts``; see
+mcp_app/README.md "Measuring").
 
-    TOKEN=$(.venv/bin/python manage.py mcp_token --sub alice --client tjwater-agent-mcp)
-    .venv/bin/python tests/mcp_app/bench_latency.py http://127.0.0.1:8765/mcp "$TOKEN" 200 junction 10
+    .venv/bin/python tests/mcp_app/bench_latency.py http://127.0.0.1:8765/mcp "$TOKEN" "$HANDLE" 200 junction 10
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 
-async def main(url: str, bearer: str, n: int, element_type: str, element_id: str) -> None:
+async def main(url: str, bearer: str, context_handle: str, n: int, element_type: str, element_id: str) -> None:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30)
     async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as client:
-        args = {"context_handle": "bench-handle-0000000", "element_type": element_type, "element_id": element_id}
+        args = {"context_handle": context_handle, "element_type": element_type, "element_id": element_id}
         for _ in range(10):  # warm-up (also lists tools once for output validation)
             await client.call_tool("get_element_properties", args)
         samples = []
@@ -37,4 +38,4 @@ async def main(url: str, bearer: str, n: int, element_type: str, element_id: str
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    anyio.run(main, sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])

@@ -1,6 +1,7 @@
 """Fixtures for the MCP endpoint tests: a committed project with the EPANET Net1 network (through the
-real importer), principals with memberships, dev-issuer tokens, and uvicorn servers bound to the
-project through the development stand-in for context handles (``TJWATER_DEV_PROJECT``)."""
+real importer), principals with memberships, one real context handle per member (an ``ordinary_chat``
+binding created by ``contexts.services.context_create``, as the REST API does), dev-issuer tokens, and
+uvicorn servers that resolve every call's project from those handles."""
 
 from __future__ import annotations
 
@@ -15,15 +16,19 @@ import psycopg
 import pytest
 import wntr
 from django.conf import settings
+from django.test import override_settings
 
 from contexts import dev_issuer
-from contexts.models import Membership, Principal, Project
+from contexts.models import ContextEvent, Membership, Principal, Project
+from contexts.services import context_create, tool_catalog
+from contexts.tokens import VerifiedToken
 from queries.importer.epanet import import_network
 from tests.conftest import ServerProcess
 
 PROJECT_SLUG = "mcp-e2e-net1"
 CLIENT = "tjwater-agent-mcp"
-HANDLE = "dev-handle-ignored-by-the-stand-in"
+# A handle-shaped string that was never issued (passes the wire schema, refused by the resolver).
+UNKNOWN_HANDLE = "never-issued-handle-0123456789"
 NET1 = Path(wntr.__file__).parent / "library" / "networks" / "Net1.inp"
 PROTOCOL = "2026-07-28"
 # Subjects are prefixed so these committed rows never collide with other tests' principals.
@@ -44,23 +49,52 @@ PRINCIPALS: dict[str, list[str] | None] = {
 class E2EProject:
     project_id: int
     slug: str
+    handles: dict[str, str]  # unprefixed subject -> its context handle (members only)
+
+
+# Filled by ``e2e_project``: the helpers below pick a principal's handle by name.
+_HANDLES: dict[str, str] = {}
+
+
+def verified(subject: str, client: str = CLIENT) -> VerifiedToken:
+    """The verified form of a dev-issuer token of one of the e2e principals (for binding contexts)."""
+    return VerifiedToken(
+        issuer=settings.TJWATER_DEV_ISSUER_ID,
+        subject=SUBJECT_PREFIX + subject,
+        client_id=client,
+        scopes=frozenset({"mcp.context.bind"}),
+        audience=(settings.TJWATER_MCP_AUDIENCE,),
+        expires_at=0,
+    )
 
 
 @pytest.fixture(scope="session")
 def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EProject]:
-    """Committed rows (the uvicorn processes use the same test database), removed at the end."""
-    with django_db_blocker.unblock():
+    """Committed rows (the uvicorn processes use the same test database), removed at the end: the
+    project, its members, and one ordinary_chat context per member, valid for the whole session."""
+    with django_db_blocker.unblock(), override_settings(TJWATER_CONTEXT_TTL_S=6 * 3600):
         Project.objects.filter(slug=PROJECT_SLUG).delete()
         project = Project.objects.create(slug=PROJECT_SLUG, name="MCP end-to-end (Net1)")
         import_network(project=project, inp_path=NET1, baseline_hours=0)
+        catalog, task_scoped = tool_catalog()
         for subject, permissions in PRINCIPALS.items():
             principal, _ = Principal.objects.get_or_create(
                 issuer=settings.TJWATER_DEV_ISSUER_ID, subject=SUBJECT_PREFIX + subject
             )
             if permissions is not None:
                 Membership.objects.create(principal=principal, project=project, permissions=permissions)
-    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG)
+                _HANDLES[subject] = context_create(
+                    token=verified(subject),
+                    project_slug=PROJECT_SLUG,
+                    session_id=f"mcp-e2e-{subject}",
+                    purpose="ordinary_chat",
+                    catalog=catalog,
+                    task_scoped=task_scoped,
+                ).handle
+    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG, handles=dict(_HANDLES))
+    _HANDLES.clear()
     with django_db_blocker.unblock():
+        ContextEvent.objects.filter(project_id=project.pk).delete()
         Project.objects.filter(pk=project.pk).delete()
         Principal.objects.filter(
             issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=[SUBJECT_PREFIX + s for s in PRINCIPALS]
@@ -72,8 +106,12 @@ def token(subject: str = "alice", scopes: str = "mcp.catalog.read mcp.query", cl
     return dev_issuer.mint_token(subject=SUBJECT_PREFIX + subject, client_id=client, scopes=scopes.split(), ttl_s=600)
 
 
+def handle(subject: str = "alice") -> str:
+    """The context handle of one of the e2e members (by its unprefixed name)."""
+    return _HANDLES[subject]
+
+
 SERVER_ENV = {
-    "TJWATER_DEV_PROJECT": PROJECT_SLUG,
     "TJWATER_MCP_MAX_CONCURRENT": "4",
     "TJWATER_MCP_SLOT_LEASE_S": "1.5",
 }
@@ -119,12 +157,22 @@ def parse_rpc_response(response: httpx2.Response) -> dict[str, Any]:
 
 
 def call_tool_raw(
-    server: ServerProcess | str, name: str, arguments: dict[str, Any], bearer: str, timeout: float = 30
+    server: ServerProcess | str,
+    name: str,
+    arguments: dict[str, Any],
+    who: str = "alice",
+    *,
+    bearer: str | None = None,
+    context_handle: str | None = None,
+    timeout: float = 30,
 ) -> dict[str, Any]:
+    """``tools/call`` over raw HTTP as ``who`` (its token and its context handle unless given)."""
     base = server if isinstance(server, str) else server.url
+    bearer = bearer if bearer is not None else token(who)
+    context_handle = context_handle if context_handle is not None else handle(who)
     response = httpx2.post(
         f"{base}/mcp",
-        json=rpc_body("tools/call", {"name": name, "arguments": {"context_handle": HANDLE, **arguments}}),
+        json=rpc_body("tools/call", {"name": name, "arguments": {"context_handle": context_handle, **arguments}}),
         headers=rpc_headers("tools/call", bearer, name=name),
         timeout=timeout,
     )

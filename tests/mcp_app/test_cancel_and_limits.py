@@ -15,11 +15,11 @@ from django.conf import settings
 
 from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import (
-    HANDLE,
     SERVER_ENV,
     E2EProject,
     active_sleeps,
     call_tool_raw,
+    handle,
     rpc_body,
     rpc_headers,
     token,
@@ -47,7 +47,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
 def open_slow_call(server: ServerProcess, subject: str, seconds: float) -> socket.socket:
     """Send a tools/call over a raw socket and return it unread (closing it = the client going away)."""
     body = json.dumps(
-        rpc_body("tools/call", {"name": "test_slow_query", "arguments": {"context_handle": HANDLE, "seconds": seconds}})
+        rpc_body(
+            "tools/call",
+            {"name": "test_slow_query", "arguments": {"context_handle": handle(subject), "seconds": seconds}},
+        )
     ).encode()
     headers = rpc_headers("tools/call", token(subject), name="test_slow_query")
     lines = ["POST /mcp HTTP/1.1", f"host: 127.0.0.1:{server.port}", f"content-length: {len(body)}"]
@@ -58,7 +61,7 @@ def open_slow_call(server: ServerProcess, subject: str, seconds: float) -> socke
 
 
 def slow_result(server: ServerProcess, subject: str, seconds: float) -> dict[str, Any]:
-    return call_tool_raw(server, "test_slow_query", {"seconds": seconds}, token(subject))["result"]
+    return call_tool_raw(server, "test_slow_query", {"seconds": seconds}, subject)["result"]
 
 
 def test_disconnect_cancels_the_sql_within_one_second(mcp_server: ServerProcess, e2e_project: E2EProject) -> None:
@@ -72,8 +75,9 @@ def test_disconnect_cancels_the_sql_within_one_second(mcp_server: ServerProcess,
     print(f"cancellation latency: disconnect -> gone from pg_stat_activity = {elapsed * 1000:.1f} ms")
     assert elapsed < 1.0
     wait_for(lambda: "mcp call cancelled backend_cancel_sent=True" in mcp_server.log(), timeout=5)
+    # The call's own log line follows the audit line (written as the cancellation unwinds the handler).
+    wait_for(lambda: "outcome=cancelled" in mcp_server.log(), timeout=5)
     log = mcp_server.log()
-    assert "outcome=cancelled" in log
     assert "tool=test_slow_query" in log
     # The same principal can use the endpoint right away: the slot was released.
     assert slow_result(mcp_server, "bob", 0.01)["isError"] is False

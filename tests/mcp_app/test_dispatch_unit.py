@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 
+from contexts.scope import QueryScope
 from mcp_app.catalog import Catalog, build_catalog
-from mcp_app.dispatch import fit_inline, validate_arguments
+from mcp_app.dispatch import caller_may_use, fit_inline, validate_arguments
 from queries.registry import ToolSpec, all_tools, input_object
 from queries.schemas.network import ElementPropertiesResult
 
@@ -101,3 +102,28 @@ def test_system_checks(settings: Any) -> None:
     settings.TJWATER_MCP_RESOURCE_URI = "/mcp"
     ids = sorted(e.id for e in check_mcp_settings())
     assert ids == ["mcp_app.E001", "mcp_app.E004", "mcp_app.E007"]
+
+
+def scope_with(permissions: set[str], allowed_tools: set[str]) -> QueryScope:
+    return QueryScope(
+        principal_id=1,
+        issuer="i",
+        subject="s",
+        client_id="c",
+        project_id=1,
+        project_slug="p",
+        permissions=frozenset(permissions),
+        purpose="ordinary_chat",
+        allowed_tools=frozenset(allowed_tools),
+    )
+
+
+def test_caller_may_use_needs_the_permission_and_the_binding() -> None:
+    entry = build_catalog().get("list_elements")
+    assert entry is not None
+    assert caller_may_use(entry, scope_with({"webgis.view"}, {"list_elements"})) is True
+    # An empty tool list means no tools — never "any tool".
+    assert caller_may_use(entry, scope_with({"webgis.view"}, set())) is False
+    assert caller_may_use(entry, scope_with({"webgis.view"}, {"get_network_schema"})) is False
+    # The permission must hold now, whatever the binding listed when it was made.
+    assert caller_may_use(entry, scope_with({"scada.view"}, {"list_elements"})) is False

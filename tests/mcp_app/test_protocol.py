@@ -9,7 +9,17 @@ import httpx2
 import pytest
 
 from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import PROTOCOL, call_tool_raw, parse_rpc_response, rpc_body, rpc_headers, token
+from tests.mcp_app.conftest import (
+    PROTOCOL,
+    UNKNOWN_HANDLE,
+    E2EProject,
+    call_tool_raw,
+    handle,
+    parse_rpc_response,
+    rpc_body,
+    rpc_headers,
+    token,
+)
 
 # django_db: makes pytest-django create the test database even when only these tests are collected
 # (otherwise the session fixtures and the uvicorn processes would use the configured database).
@@ -51,6 +61,30 @@ def test_missing_or_other_protocol_version_is_32022(mcp_server: ServerProcess, v
     assert error["code"] == -32022
     assert error["data"]["supported"] == [PROTOCOL]
     assert "mcp-session-id" not in response.headers
+    assert response.json()["id"] == 1  # an error answer carries the request's id (JSON-RPC 2.0 §5)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected_id"),
+    [
+        (b'{"jsonrpc": "2.0", "id": "req-7", "method": "tools/list"}', "req-7"),
+        (b'{"jsonrpc": "2.0", "id": 0, "method": "tools/list"}', 0),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "tools/list"}', None),  # not a valid id
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]', None),  # a batch: no single id
+        (b'{"jsonrpc": "2.0", "id": 1, "meth', None),  # unreadable
+        (b"", None),
+    ],
+)
+def test_unsupported_version_answer_carries_the_id_when_readable(
+    mcp_server: ServerProcess, content: bytes, expected_id: object
+) -> None:
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    response = httpx2.post(
+        f"{mcp_server.url}/mcp", content=content, headers={**headers, "mcp-protocol-version": "2025-11-25"}, timeout=10
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32022
+    assert response.json()["id"] == expected_id
 
 
 def test_header_body_mismatch_is_32020(mcp_server: ServerProcess) -> None:
@@ -82,7 +116,7 @@ def test_invalid_arguments_are_32602_without_echoing_values(mcp_server: ServerPr
         {"element_type": "hydrant", "element_id": "secret-value-123"},  # enum
     ]
     for arguments in cases:
-        reply = call_tool_raw(mcp_server, "get_element_properties", arguments, bearer)
+        reply = call_tool_raw(mcp_server, "get_element_properties", arguments)
         assert reply["error"]["code"] == -32602
         assert "secret-value-123" not in reply["error"]["message"]
     # context_handle is required by the wire schema of every business tool (R-CTX-6).
@@ -95,26 +129,33 @@ def test_invalid_arguments_are_32602_without_echoing_values(mcp_server: ServerPr
 
 
 def test_unknown_tool_and_forbidden_tool_look_the_same(mcp_server: ServerProcess) -> None:
-    unknown = call_tool_raw(mcp_server, "drop_all_tables", {}, token())
-    # carol is a member without webgis.view: the network tools do not exist for her.
+    unknown = call_tool_raw(mcp_server, "drop_all_tables", {})
+    # carol is a member without webgis.view: her context binds no network tool (an empty tool list
+    # means no tools), so for her they do not exist.
     forbidden = call_tool_raw(
-        mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "10"}, token("carol")
+        mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "10"}, "carol"
     )
     assert unknown["error"]["code"] == forbidden["error"]["code"] == -32602
     assert forbidden["error"]["message"] == "Unknown tool: get_element_properties"
     assert unknown["error"]["message"] == "Unknown tool: drop_all_tables"
 
 
-def test_no_membership_is_a_business_error(mcp_server: ServerProcess) -> None:
-    reply = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, token("mallory"))
-    result = reply["result"]
-    assert result["isError"] is True
-    assert result["resultType"] == "complete"
-    assert result["structuredContent"]["code"] == "PERMISSION_DENIED"
+def test_a_handle_is_required_and_must_be_the_callers(mcp_server: ServerProcess) -> None:
+    # Never issued → CONTEXT_INVALID, a business error; never data.
+    reply = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, context_handle=UNKNOWN_HANDLE)
+    assert reply["result"]["isError"] is True and reply["result"]["resultType"] == "complete"
+    assert reply["result"]["structuredContent"]["code"] == "CONTEXT_INVALID"
+    # mallory holds a valid token but no membership, so no context: alice's handle is not hers, and
+    # the answer is exactly the one an unknown handle gets (its existence does not leak).
+    replayed = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, "mallory", context_handle=handle())
+    assert replayed["result"] == reply["result"]
+    # An empty handle fails the wire schema (minLength) before anything is resolved.
+    empty = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, context_handle="")
+    assert empty["error"]["code"] == -32602
 
 
 def test_business_errors_are_iserror_results_without_internals(mcp_server: ServerProcess) -> None:
-    reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "pipe", "element_id": "nope"}, token())
+    reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "pipe", "element_id": "nope"})
     result = reply["result"]
     assert result["isError"] is True and result["resultType"] == "complete"
     assert result["structuredContent"] == {
@@ -178,12 +219,29 @@ def test_insufficient_scope_is_403_per_method(mcp_server: ServerProcess) -> None
     assert response.status_code == 403
     challenge = response.headers["www-authenticate"]
     assert 'error="insufficient_scope"' in challenge and 'scope="mcp.query"' in challenge
-    query_only = token(scopes="mcp.query")
-    response = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", query_only))
+    for method in ("resources/list", "resources/templates/list", "resources/read"):
+        params = {"uri": "tjwater://evidence/x"} if method == "resources/read" else None
+        name = "tjwater://evidence/x" if method == "resources/read" else None
+        response = post(mcp_server, rpc_body(method, params), rpc_headers(method, catalog_only, name=name))
+        assert response.status_code == 403, method
+    # Neither scope: discover and tools/list name the catalog scope.
+    bind_only = token(scopes="mcp.context.bind")
+    response = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", bind_only))
     assert response.status_code == 403
     assert 'scope="mcp.catalog.read"' in response.headers["www-authenticate"]
-    response = post(mcp_server, rpc_body("resources/list"), rpc_headers("resources/list", catalog_only))
-    assert response.status_code == 403
+
+
+def test_query_scope_also_opens_the_catalog(mcp_server: ServerProcess) -> None:
+    # Hosts list tools before every call (the SDK client does): mcp.query alone must be enough to
+    # discover, list and call (the token a token exchange yields: mcp.query mcp.context.bind).
+    query_only = token(scopes="mcp.query mcp.context.bind")
+    discover = post(mcp_server, rpc_body("server/discover"), rpc_headers("server/discover", query_only))
+    assert discover.status_code == 200
+    listing = post(mcp_server, rpc_body("tools/list"), rpc_headers("tools/list", query_only))
+    assert listing.status_code == 200
+    assert "get_network_schema" in [t["name"] for t in parse_rpc_response(listing)["result"]["tools"]]
+    reply = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, bearer=query_only)
+    assert reply["result"]["isError"] is False
 
 
 def test_protected_resource_metadata(mcp_server: ServerProcess) -> None:
@@ -219,19 +277,48 @@ def test_discover_and_list_are_public_cacheable(mcp_server: ServerProcess) -> No
     assert other["result"]["tools"] == listing["tools"]
 
 
-def test_resources_are_private_and_reads_not_found(mcp_server: ServerProcess) -> None:
+def read_resource(server: ServerProcess, uri: str, bearer: str, context_handle: str | None) -> dict:
+    body = rpc_body("resources/read", {"uri": uri})
+    if context_handle is not None:
+        body["params"]["_meta"]["cn.tjwater/contextHandle"] = context_handle
+    return parse_rpc_response(post(server, body, rpc_headers("resources/read", bearer, name=uri)))
+
+
+def test_resources_are_private_and_empty(mcp_server: ServerProcess) -> None:
     bearer = token()
-    listing = parse_rpc_response(post(mcp_server, rpc_body("resources/list"), rpc_headers("resources/list", bearer)))
-    assert listing["result"]["resources"] == []
-    assert (listing["result"]["ttlMs"], listing["result"]["cacheScope"]) == (0, "private")
+    for method, key in (("resources/list", "resources"), ("resources/templates/list", "resourceTemplates")):
+        listing = parse_rpc_response(post(mcp_server, rpc_body(method), rpc_headers(method, bearer)))
+        assert listing["result"][key] == [], method
+        assert (listing["result"]["ttlMs"], listing["result"]["cacheScope"]) == (0, "private"), method
+
+
+def test_resource_read_needs_the_callers_context_first(mcp_server: ServerProcess) -> None:
     uri = "tjwater://evidence/does-not-exist"
-    read = post(mcp_server, rpc_body("resources/read", {"uri": uri}), rpc_headers("resources/read", bearer, name=uri))
-    assert parse_rpc_response(read)["error"]["code"] == -32002
+    # No handle: a clear refusal naming the business code — nothing about the resource.
+    missing = read_resource(mcp_server, uri, token(), None)["error"]
+    assert missing["code"] == -32602
+    assert missing["data"] == {"uri": uri, "code": "PROJECT_CONTEXT_REQUIRED", "retryable": False}
+    assert "cn.tjwater/contextHandle" in missing["message"]
+    # A handle never issued, and alice's handle replayed by bob: the same CONTEXT_INVALID.
+    unknown = read_resource(mcp_server, uri, token(), UNKNOWN_HANDLE)["error"]
+    replayed = read_resource(mcp_server, uri, token("bob"), handle("alice"))["error"]
+    assert unknown == replayed
+    assert (unknown["code"], unknown["data"]["code"]) == (-32602, "CONTEXT_INVALID")
+    assert "result" not in read_resource(mcp_server, uri, token("bob"), handle("alice"))
+
+
+def test_authorized_resource_read_of_an_unknown_uri_is_not_found(mcp_server: ServerProcess) -> None:
+    # SEP-2164: -32602 with the requested URI in data (no evidence resources exist yet).
+    uri = "tjwater://evidence/does-not-exist"
+    reply = read_resource(mcp_server, uri, token(), handle())
+    assert reply["error"] == {"code": -32602, "message": "Resource not found", "data": {"uri": uri}}
+    assert "outcome=not_found" in mcp_server.log()
+    assert handle() not in mcp_server.log()
 
 
 def test_progress_only_with_progress_token(mcp_server: ServerProcess) -> None:
     bearer = token("bob")
-    arguments = {"name": "test_slow_query", "arguments": {"context_handle": "h" * 20, "seconds": 0.05}}
+    arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": 0.05}}
     plain = post(
         mcp_server, rpc_body("tools/call", arguments), rpc_headers("tools/call", bearer, name="test_slow_query")
     )
@@ -288,12 +375,15 @@ def test_transport_security_checks_host_and_origin(mcp_server: ServerProcess) ->
     assert same_origin.status_code == 200
 
 
-def test_without_dev_project_the_context_handle_decides(live_server_url: str, e2e_project: object) -> None:
-    # The default server has no TJWATER_DEV_PROJECT: a handle that was never issued is refused as a
-    # business error (the context resolver), never answered with data.
-    reply = call_tool_raw(live_server_url, "get_network_schema", {"kind": "pipe"}, token())
-    assert reply["result"]["isError"] is True
-    assert reply["result"]["structuredContent"]["code"] == "CONTEXT_INVALID"
+def test_the_context_handle_decides_the_project(mcp_server: ServerProcess, e2e_project: E2EProject) -> None:
+    # The project comes from the binding alone: the same call with alice's handle answers for her
+    # project, and nothing in the arguments can name another (additionalProperties: false).
+    reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "10"})
+    assert reply["result"]["structuredContent"]["source_ref"] == f"project:{e2e_project.slug}/junction/10"
+    forged = call_tool_raw(
+        mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "10", "project": "other"}
+    )
+    assert forged["error"]["code"] == -32602
 
 
 def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> None:
@@ -310,7 +400,7 @@ def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> Non
         "--token",
         token(),
         "--context-handle",
-        "h" * 20,
+        handle(),
         stdout=out,
     )
     assert out.getvalue().startswith("live check ok:")
@@ -323,7 +413,7 @@ def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> Non
             "--token",
             token(scopes="mcp.catalog.read"),
             "--context-handle",
-            "h" * 20,
+            handle(),
             stdout=StringIO(),
             stderr=StringIO(),
         )

@@ -1,56 +1,102 @@
-"""The scope resolver's development stand-in (TJWATER_DEV_PROJECT) and its refusal without one."""
+"""The scope resolver of the dispatch path: every call's ``QueryScope`` comes from a real context handle
+(``contexts.services.resolve_context``); there is no other way to name a project."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
-from contexts.errors import PermissionDenied, ProjectContextRequired
+from contexts.errors import ContextInvalid, PermissionDenied, ProjectContextRequired, ToolNotInContext
 from contexts.models import Membership, Principal, Project
+from contexts.services import context_create, tool_catalog
 from contexts.tokens import VerifiedToken
-from mcp_app.resolver import resolve_scope
-from queries.registry import tools_by_name
+from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, resolve_resource_scope, resolve_scope
 
 pytestmark = pytest.mark.django_db
 
-ISSUER = "http://127.0.0.1:8000/dev-issuer"
+CLIENT = "tjwater-agent-mcp"
 
 
-def verified(subject: str) -> VerifiedToken:
+def verified(subject: str, client: str = CLIENT) -> VerifiedToken:
     return VerifiedToken(
-        issuer=ISSUER, subject=subject, client_id="tjwater-agent-mcp", scopes=frozenset(), audience=(), expires_at=0
+        issuer=settings.TJWATER_DEV_ISSUER_ID,
+        subject=subject,
+        client_id=client,
+        scopes=frozenset({"mcp.query"}),
+        audience=("tjwater-mcp",),
+        expires_at=0,
     )
 
 
-def test_dev_project_scope_from_live_membership(settings: Any, django_assert_num_queries: Any) -> None:
-    settings.TJWATER_DEV_PROJECT = "resolver-dev"
-    project = Project.objects.create(slug="resolver-dev", name="Dev")
-    principal = Principal.objects.create(issuer=ISSUER, subject="resolver-alice")
-    Membership.objects.create(principal=principal, project=project, permissions=["webgis.view"])
-    tool = tools_by_name()["list_elements"]
+def bind(subject: str, permissions: list[str]) -> tuple[str, Project, Principal]:
+    project = Project.objects.create(slug=f"resolver-{subject}", name="Resolver")
+    principal = Principal.objects.create(issuer=settings.TJWATER_DEV_ISSUER_ID, subject=subject)
+    Membership.objects.create(principal=principal, project=project, permissions=permissions)
+    catalog, task_scoped = tool_catalog()
+    created = context_create(
+        token=verified(subject),
+        project_slug=project.slug,
+        session_id="chat-1",
+        purpose="ordinary_chat",
+        catalog=catalog,
+        task_scoped=task_scoped,
+    )
+    return created.handle, project, principal
+
+
+def test_scope_comes_from_the_handle_in_one_query(django_assert_num_queries: Any) -> None:
+    handle, project, principal = bind("resolver-alice", ["webgis.view"])
     with django_assert_num_queries(1):
-        scope = resolve_scope(token=verified("resolver-alice"), arguments={"context_handle": "ignored"}, tool=tool)
-    assert (scope.principal_id, scope.project_id, scope.permissions) == (
+        scope = resolve_scope(
+            token=verified("resolver-alice"), arguments={"context_handle": handle}, tool_name="list_elements"
+        )
+    assert (scope.principal_id, scope.project_id, scope.project_slug, scope.permissions, scope.purpose) == (
         principal.pk,
         project.pk,
+        project.slug,
         frozenset({"webgis.view"}),
+        "ordinary_chat",
     )
+    assert "list_elements" in scope.allowed_tools
+    # The membership is checked now, on every call.
     Membership.objects.filter(principal=principal).update(revoked_at=timezone.now())
     with pytest.raises(PermissionDenied):
-        resolve_scope(token=verified("resolver-alice"), arguments={}, tool=tool)
+        resolve_scope(token=verified("resolver-alice"), arguments={"context_handle": handle}, tool_name="list_elements")
 
 
-def test_unknown_principal_is_recorded_but_gets_nothing(settings: Any) -> None:
-    settings.TJWATER_DEV_PROJECT = "resolver-dev"
-    Project.objects.create(slug="resolver-dev", name="Dev")
-    with pytest.raises(PermissionDenied):
-        resolve_scope(token=verified("resolver-newcomer"), arguments={}, tool=tools_by_name()["list_elements"])
-    assert Principal.objects.filter(issuer=ISSUER, subject="resolver-newcomer").exists()
+@pytest.mark.parametrize("arguments", [{}, {"context_handle": ""}, {"context_handle": None}])
+def test_missing_handle_is_project_context_required(arguments: dict[str, Any]) -> None:
+    with pytest.raises(ProjectContextRequired) as err:
+        resolve_scope(token=verified("resolver-alice"), arguments=arguments, tool_name="list_elements")
+    assert err.value.code == "PROJECT_CONTEXT_REQUIRED"
 
 
-def test_without_dev_project_a_handle_is_required(settings: Any) -> None:
-    settings.TJWATER_DEV_PROJECT = ""
-    with pytest.raises(ProjectContextRequired):
-        resolve_scope(token=verified("resolver-alice"), arguments={}, tool=tools_by_name()["list_elements"])
+def test_unknown_or_foreign_handle_is_context_invalid() -> None:
+    handle, _, _ = bind("resolver-bob", ["webgis.view"])
+    with pytest.raises(ContextInvalid):
+        resolve_scope(token=verified("resolver-bob"), arguments={"context_handle": "x" * 43}, tool_name="list_elements")
+    for stranger in (verified("resolver-mallory"), verified("resolver-bob", client="another-client")):
+        with pytest.raises(ContextInvalid):
+            resolve_scope(token=stranger, arguments={"context_handle": handle}, tool_name="list_elements")
+
+
+def test_tool_outside_the_binding_is_refused_as_not_in_context() -> None:
+    # carol holds scada.view only: her binding lists none of the network tools. The dispatch path
+    # answers this ToolNotInContext as an unknown tool (-32602; test_protocol proves it over HTTP).
+    handle, _, _ = bind("resolver-carol", ["scada.view"])
+    with pytest.raises(ToolNotInContext):
+        resolve_scope(token=verified("resolver-carol"), arguments={"context_handle": handle}, tool_name="list_elements")
+
+
+def test_resource_scope_reads_the_handle_from_meta() -> None:
+    handle, project, _ = bind("resolver-dave", ["webgis.view"])
+    scope = resolve_resource_scope(token=verified("resolver-dave"), meta={RESOURCE_HANDLE_META_KEY: handle})
+    assert scope.project_id == project.pk
+    with pytest.raises(ProjectContextRequired) as err:
+        resolve_resource_scope(token=verified("resolver-dave"), meta={"context_handle": handle})
+    assert RESOURCE_HANDLE_META_KEY in err.value.message
+    with pytest.raises(ContextInvalid):
+        resolve_resource_scope(token=verified("resolver-erin"), meta={RESOURCE_HANDLE_META_KEY: handle})

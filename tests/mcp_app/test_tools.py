@@ -15,16 +15,18 @@ from mcp.client.streamable_http import streamable_http_client
 from referencing import Registry
 
 from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import HANDLE, PROJECT_SLUG, token
+from tests.mcp_app.conftest import PROJECT_SLUG, handle, token
 
 # django_db: makes pytest-django create the test database even when only these tests are collected
 # (otherwise the session fixtures and the uvicorn processes would use the configured database).
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
 
-def run_client(server: ServerProcess, body: Callable[[Client], Awaitable[Any]], mode: str = "2026-07-28") -> Any:
+def run_client(
+    server: ServerProcess, body: Callable[[Client], Awaitable[Any]], mode: str = "2026-07-28", bearer: str | None = None
+) -> Any:
     async def main() -> Any:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token()}"}, timeout=30)
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer or token()}"}, timeout=30)
         async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode=mode) as client:
             return await body(client)
 
@@ -120,7 +122,7 @@ def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) 
         schemas = {tool.name: tool.output_schema for tool in listing.tools}
         results = []
         for name, arguments, _ in CALLS:
-            result = await client.call_tool(name, {"context_handle": HANDLE, **arguments})
+            result = await client.call_tool(name, {"context_handle": handle(), **arguments})
             results.append((result, schemas[name]))
         return results
 
@@ -141,7 +143,7 @@ def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) 
     # the token or the payload.
     log = mcp_server.log()
     assert "tool=get_element_properties duration_ms=" in log and "outcome=ok" in log
-    assert HANDLE not in log
+    assert handle() not in log
     assert "eyJ" not in log
     assert "216.408" not in log
 
@@ -150,7 +152,9 @@ def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
     async def body(client: Client) -> Any:
         listing = await client.list_tools()
         schema = next(t.output_schema for t in listing.tools if t.name == "get_network_options")
-        return await client.call_tool("get_network_options", {"context_handle": HANDLE, "kind": "pump_energy"}), schema
+        return await client.call_tool(
+            "get_network_options", {"context_handle": handle(), "kind": "pump_energy"}
+        ), schema
 
     result, schema = run_client(mcp_server, body)
     # The error body validates against the tool's outputSchema (clients that check every result).
@@ -161,3 +165,14 @@ def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
         "message": "pump_energy options need pump_id (the pump's element id).",
         "retryable": False,
     }
+
+
+def test_sdk_client_with_a_query_scoped_token(mcp_server: ServerProcess) -> None:
+    # The SDK client lists tools before calling one: a token-exchanged token (mcp.query
+    # mcp.context.bind, no catalog scope) must be enough for the whole call.
+    async def body(client: Client) -> Any:
+        return await client.call_tool("get_network_schema", {"context_handle": handle(), "kind": "tank"})
+
+    result = run_client(mcp_server, body, bearer=token(scopes="mcp.query mcp.context.bind"))
+    assert result.is_error is False, result.structured_content
+    assert result.structured_content["data"]["kind"] == "tank"

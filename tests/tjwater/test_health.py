@@ -1,4 +1,5 @@
-"""Readiness endpoint: real PostgreSQL and Redis, and real failing endpoints for the 503 cases."""
+"""Readiness endpoint: real PostgreSQL, Redis and JWKS (the dev issuer's key, or a real issuer over HTTP),
+and real failing endpoints for the 503 cases."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client, override_settings
 
 from tests.conftest import free_port
@@ -45,14 +48,14 @@ def silent_tcp_server() -> Iterator[int]:
 def test_healthz_ok_when_database_and_redis_answer(db: None) -> None:
     response = Client().get("/healthz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok"}}
+    assert response.json() == {"status": "ok", "checks": {"database": "ok", "redis": "ok", "jwks": "ok"}}
 
 
 def test_healthz_names_redis_when_refused(db: None) -> None:
     with override_settings(REDIS_URL=f"redis://127.0.0.1:{free_port()}/15"):
         response = Client().get("/healthz")
     assert response.status_code == 503
-    assert response.json()["checks"] == {"database": "ok", "redis": "unavailable"}
+    assert response.json()["checks"] == {"database": "ok", "redis": "unavailable", "jwks": "ok"}
     assert response.json()["failing"] == ["redis"]
 
 
@@ -77,11 +80,71 @@ def test_healthz_answers_within_three_seconds_when_database_hangs(db: None, sile
         from tjwater.health import run_checks
 
         checks = run_checks()
-    assert checks == {"database": "unavailable", "redis": "ok"}
+    assert checks == {"database": "unavailable", "redis": "ok", "jwks": "ok"}
     assert time.monotonic() - started < 3.0
 
 
 def test_healthz_over_real_uvicorn(live_server_url: str) -> None:
     response = httpx2.get(f"{live_server_url}/healthz", timeout=5)
     assert response.status_code == 200
-    assert response.json()["checks"] == {"database": "ok", "redis": "ok"}
+    assert response.json()["checks"] == {"database": "ok", "redis": "ok", "jwks": "ok"}
+
+
+@pytest.fixture
+def fresh_validator() -> Iterator[None]:
+    """The process-wide token validator rebuilt from the (overridden) settings, and forgotten after."""
+    from contexts.tokens import reset_validator
+
+    reset_validator()
+    yield
+    reset_validator()
+
+
+def test_healthz_jwks_of_a_real_issuer_is_fetched_once_and_then_cached(db: None, fresh_validator: None) -> None:
+    from tests.contexts.test_tokens import Issuer
+
+    issuer = Issuer()
+    issuer.add_key("k1")
+    try:
+        with override_settings(TJWATER_OIDC_ISSUER=issuer.url, TJWATER_DEV_ISSUER=False):
+            first = Client().get("/healthz")
+            assert first.status_code == 200
+            assert first.json()["checks"]["jwks"] == "ok"
+            assert issuer.jwks_fetches == 1
+            # A cached, still-fresh key set is enough: the probe does not call the issuer each time, and
+            # the issuer being down does not flip readiness while the cache is fresh.
+            issuer.down = True
+            assert Client().get("/healthz").json()["checks"]["jwks"] == "ok"
+            assert issuer.jwks_fetches == 1
+    finally:
+        issuer.httpd.shutdown()
+        issuer.httpd.server_close()
+        redis_client = redis.Redis.from_url(settings.REDIS_URL)
+        for key in redis_client.scan_iter("tjwater:oidc:jwks:*"):  # the shared JWKS copy it wrote
+            redis_client.delete(key)
+        redis_client.close()
+
+
+def test_healthz_names_jwks_when_the_issuer_is_unreachable(db: None, fresh_validator: None) -> None:
+    started = time.monotonic()
+    with override_settings(TJWATER_OIDC_ISSUER=f"http://127.0.0.1:{free_port()}/realm", TJWATER_DEV_ISSUER=False):
+        response = Client().get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["checks"] == {"database": "ok", "redis": "ok", "jwks": "unavailable"}
+    assert response.json()["failing"] == ["jwks"]
+    assert time.monotonic() - started < 3.0
+
+
+def test_healthz_answers_within_three_seconds_when_the_issuer_hangs(
+    db: None, fresh_validator: None, silent_tcp_server: int
+) -> None:
+    started = time.monotonic()
+    with override_settings(
+        TJWATER_OIDC_ISSUER=f"http://127.0.0.1:{silent_tcp_server}/realm",
+        TJWATER_DEV_ISSUER=False,
+        TJWATER_OIDC_HTTP_TIMEOUT_S=30.0,  # the check's own bound applies, not the request timeout
+    ):
+        response = Client().get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["jwks"]
+    assert time.monotonic() - started < 3.0
