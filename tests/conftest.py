@@ -40,6 +40,17 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any, django_db_kee
             teardown_databases(config, verbosity=0)
 
 
+@pytest.fixture(scope="session")
+def demo_loaded(django_db_setup: None, django_db_blocker: Any) -> None:
+    """The demo utility (``tianjin-demo``, ``demo-b``, alice/bob/carol/svc-worker) committed in the test
+    database once per session, so uvicorn processes see it too. Tests using it must not flush tables
+    (no ``transaction=True``)."""
+    from queries.demo.seed import ensure_demo_loaded
+
+    with django_db_blocker.unblock():
+        ensure_demo_loaded()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
