@@ -162,7 +162,7 @@ def _resolve_resource(token: VerifiedToken, meta: Mapping[str, Any] | None) -> Q
 
 
 class Dispatcher:
-    """Serves ``tools/call`` for one process (catalog + limiter)."""
+    """Serves ``tools/call`` and ``resources/read`` for one process (catalog + limiter)."""
 
     def __init__(self, catalog: Catalog, limiter: ConcurrencyLimiter) -> None:
         self.catalog = catalog

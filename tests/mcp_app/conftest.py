@@ -19,7 +19,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from contexts import dev_issuer
-from contexts.models import ContextEvent, Membership, Principal, Project
+from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
 from contexts.services import context_create, tool_catalog
 from contexts.tokens import VerifiedToken
 from queries.importer.epanet import import_network
@@ -49,10 +49,9 @@ PRINCIPALS: dict[str, list[str] | None] = {
 class E2EProject:
     project_id: int
     slug: str
-    handles: dict[str, str]  # unprefixed subject -> its context handle (members only)
 
 
-# Filled by ``e2e_project``: the helpers below pick a principal's handle by name.
+# Filled by ``e2e_handles``: the helpers below pick a principal's handle by name.
 _HANDLES: dict[str, str] = {}
 
 
@@ -71,18 +70,34 @@ def verified(subject: str, client: str = CLIENT) -> VerifiedToken:
 @pytest.fixture(scope="session")
 def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EProject]:
     """Committed rows (the uvicorn processes use the same test database), removed at the end: the
-    project, its members, and one ordinary_chat context per member, valid for the whole session."""
-    with django_db_blocker.unblock(), override_settings(TJWATER_CONTEXT_TTL_S=6 * 3600):
+    project with Net1 and its members."""
+    with django_db_blocker.unblock():
         Project.objects.filter(slug=PROJECT_SLUG).delete()
         project = Project.objects.create(slug=PROJECT_SLUG, name="MCP end-to-end (Net1)")
         import_network(project=project, inp_path=NET1, baseline_hours=0)
-        catalog, task_scoped = tool_catalog()
         for subject, permissions in PRINCIPALS.items():
             principal, _ = Principal.objects.get_or_create(
                 issuer=settings.TJWATER_DEV_ISSUER_ID, subject=SUBJECT_PREFIX + subject
             )
             if permissions is not None:
                 Membership.objects.create(principal=principal, project=project, permissions=permissions)
+    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG)
+    with django_db_blocker.unblock():
+        ContextEvent.objects.filter(project_id=project.pk).delete()
+        Project.objects.filter(pk=project.pk).delete()
+        Principal.objects.filter(
+            issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=[SUBJECT_PREFIX + s for s in PRINCIPALS]
+        ).delete()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def e2e_handles(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[dict[str, str]]:
+    """One committed ordinary_chat context per member (created like the REST API creates them), for the
+    module's tests; deleted after the module so other test packages never see them."""
+    with django_db_blocker.unblock(), override_settings(TJWATER_CONTEXT_TTL_S=3600):
+        catalog, task_scoped = tool_catalog()
+        for subject, permissions in PRINCIPALS.items():
+            if permissions is not None:
                 _HANDLES[subject] = context_create(
                     token=verified(subject),
                     project_slug=PROJECT_SLUG,
@@ -91,14 +106,11 @@ def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EPr
                     catalog=catalog,
                     task_scoped=task_scoped,
                 ).handle
-    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG, handles=dict(_HANDLES))
+    yield dict(_HANDLES)
     _HANDLES.clear()
     with django_db_blocker.unblock():
-        ContextEvent.objects.filter(project_id=project.pk).delete()
-        Project.objects.filter(pk=project.pk).delete()
-        Principal.objects.filter(
-            issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=[SUBJECT_PREFIX + s for s in PRINCIPALS]
-        ).delete()
+        QueryContext.objects.filter(project_id=e2e_project.project_id).delete()
+        ContextEvent.objects.filter(project_id=e2e_project.project_id).delete()
 
 
 def token(subject: str = "alice", scopes: str = "mcp.catalog.read mcp.query", client: str = CLIENT) -> str:
