@@ -149,12 +149,6 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "contexts.purge",
         "schedule": crontab(minute=17),
     },
-    # The issuer's JWKS (and discovery document) re-read ahead of expiry, so no request pays for the
-    # fetch and a rotated key is known before the first token signed with it arrives (SPEC §9).
-    "contexts-refresh-issuer-keys": {
-        "task": "contexts.refresh_issuer_keys",
-        "schedule": 120.0,
-    },
 }
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
@@ -188,6 +182,13 @@ TJWATER_OIDC_CLIENT_SECRET = env.str("TJWATER_OIDC_CLIENT_SECRET", default="")
 TJWATER_OIDC_JWKS_CACHE_S = env.int("TJWATER_OIDC_JWKS_CACHE_S", default=300)
 TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S = env.float("TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S", default=30.0)
 TJWATER_OIDC_HTTP_TIMEOUT_S = env.float("TJWATER_OIDC_HTTP_TIMEOUT_S", default=3.0)
+# The issuer's JWKS (and discovery document) re-read into the shared cache ahead of expiry, so no request
+# pays for the fetch and a newly published key is known before tokens signed with it arrive (SPEC §9):
+# at 40 % of the cache lifetime (120 s for the default 300 s), so one missed run still leaves a fresh copy.
+CELERY_BEAT_SCHEDULE["contexts-refresh-issuer-keys"] = {
+    "task": "contexts.refresh_issuer_keys",
+    "schedule": max(10.0, TJWATER_OIDC_JWKS_CACHE_S * 0.4),
+}
 # Lease of one in-flight query slot in Redis (R-PAGE-7). A live process refreshes its leases every
 # third of this; a killed process's slot frees itself when the lease runs out.
 TJWATER_MCP_SLOT_LEASE_S = env.float("TJWATER_MCP_SLOT_LEASE_S", default=10.0)
