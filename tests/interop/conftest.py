@@ -59,28 +59,6 @@ def idp_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider
     return start_server(**idp_env(idp))
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None, django_db_blocker: Any, django_db_keepdb: bool) -> Iterator[None]:
-    """Make sure the test database exists for the e2e tests here.
-
-    pytest-django creates it only for aliases that some collected test marks ``django_db`` (or uses
-    ``db``); the tests here use it through server processes and committed rows instead, so a run of
-    only these files would otherwise point the servers at the developer's database. When pytest-django
-    already set it up (any full run), this does nothing."""
-    from django.conf import settings
-    from django.test.utils import setup_databases, teardown_databases
-
-    if str(settings.DATABASES["default"]["NAME"]).startswith("test_"):
-        yield
-        return
-    with django_db_blocker.unblock():
-        config = setup_databases(verbosity=0, interactive=False, aliases={"default"}, keepdb=django_db_keepdb)
-    yield
-    if not django_db_keepdb:
-        with django_db_blocker.unblock():
-            teardown_databases(config, verbosity=0)
-
-
 @pytest.fixture(autouse=True)
 def _test_database_only(request: pytest.FixtureRequest) -> None:
     """The servers these tests start must run against the test database, never a developer's."""

@@ -29,8 +29,8 @@ def test_example_client_walks_the_demo(start_server: Callable[..., ServerProcess
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].startswith("context created: project=tianjin-demo purpose=ordinary_chat")
-    assert '"source": "model_network"' in result.stdout or '"source":' in lines[1]
-    assert "junction" in lines[1]
+    assert lines[1].startswith('{"source": "model_network", "data": {"items": [{"element_type": "junction"')
+    assert lines[2].startswith('{"source": "model_network", "data": {"element_type": "junction", "element_id": ')
     assert lines[-1] == "context revoked"
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         latest = QueryContext.objects.filter(project__slug="tianjin-demo").order_by("-created_at").first()
