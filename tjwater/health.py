@@ -12,6 +12,7 @@ With the dev issuer the key is local, so the check proves the key file loads.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
@@ -57,12 +58,20 @@ def check_jwks() -> None:
 
 CHECKS = {"database": check_database, "redis": check_redis, "jwks": check_jwks}
 
+
+def active_checks() -> dict[str, Callable[[], None]]:
+    """The issuer's keys matter only while the endpoint that verifies tokens is served."""
+    if settings.TJWATER_MCP_ENABLED:
+        return CHECKS
+    return {name: fn for name, fn in CHECKS.items() if name != "jwks"}
+
+
 _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="healthz")
 
 
 def run_checks() -> dict[str, str]:
     """Run every check concurrently; each answers "ok" or "unavailable" within the deadline."""
-    futures = {name: _executor.submit(fn) for name, fn in CHECKS.items()}
+    futures = {name: _executor.submit(fn) for name, fn in active_checks().items()}
     results: dict[str, str] = {}
     for name, future in futures.items():
         try:

@@ -148,3 +148,10 @@ def test_healthz_answers_within_three_seconds_when_the_issuer_hangs(
     assert response.status_code == 503
     assert response.json()["failing"] == ["jwks"]
     assert time.monotonic() - started < 3.0
+
+
+def test_healthz_skips_the_issuer_keys_while_mcp_is_off(db: None) -> None:
+    with override_settings(TJWATER_MCP_ENABLED=False, TJWATER_OIDC_ISSUER="", TJWATER_DEV_ISSUER=False):
+        response = Client().get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["checks"] == {"database": "ok", "redis": "ok"}
