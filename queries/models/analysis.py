@@ -10,6 +10,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from queries.models.baseline import LinkValues, NodeValues
+
 
 class AnalysisKind(models.TextChoices):
     BURST = "burst"
@@ -75,18 +77,11 @@ class AnalysisResult(models.Model):
         return f"{self.result_type}#{self.sequence}"
 
 
-class AnalysisNodeSeries(models.Model):
+class AnalysisNodeSeries(NodeValues):
     """Node values of a run's scenario: pressure, head (m), demand (m³/s), quality, and leak demand
     (m³/s, null where the node has no leak)."""
 
     run = models.ForeignKey(AnalysisRun, on_delete=models.CASCADE, related_name="+", db_index=False)
-    element_type = models.CharField(max_length=16)
-    element_id = models.CharField(max_length=64)
-    time = models.DateTimeField()
-    pressure = models.FloatField()
-    head = models.FloatField()
-    demand = models.FloatField()
-    quality = models.FloatField()
     leak_demand = models.FloatField(null=True, blank=True)
 
     class Meta:
@@ -99,22 +94,11 @@ class AnalysisNodeSeries(models.Model):
         ]
         indexes = [models.Index(fields=["run", "element_type", "time"], name="analysisnode_type_time")]
 
-    def __str__(self) -> str:
-        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"
 
-
-class AnalysisLinkSeries(models.Model):
+class AnalysisLinkSeries(LinkValues):
     """Link values of a run's scenario: flow (m³/s), velocity (m/s), headloss, status, setting."""
 
     run = models.ForeignKey(AnalysisRun, on_delete=models.CASCADE, related_name="+", db_index=False)
-    element_type = models.CharField(max_length=16)
-    element_id = models.CharField(max_length=64)
-    time = models.DateTimeField()
-    flow = models.FloatField()
-    velocity = models.FloatField()
-    headloss = models.FloatField()
-    status = models.SmallIntegerField()
-    setting = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["run_id", "element_type", "element_id", "time"]
@@ -125,6 +109,3 @@ class AnalysisLinkSeries(models.Model):
             )
         ]
         indexes = [models.Index(fields=["run", "element_type", "time"], name="analysislink_type_time")]
-
-    def __str__(self) -> str:
-        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"

@@ -11,10 +11,9 @@ from __future__ import annotations
 from django.db import models
 
 
-class NodeBaseline(models.Model):
-    """Node results: pressure (m), head (m), demand (m³/s), quality (mg/L or h for age)."""
+class NodeValues(models.Model):
+    """The value columns of one node at one time, shared by the baseline and analysis-run series."""
 
-    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
     element_type = models.CharField(max_length=16)
     element_id = models.CharField(max_length=64)
     time = models.DateTimeField()
@@ -24,24 +23,15 @@ class NodeBaseline(models.Model):
     quality = models.FloatField()
 
     class Meta:
-        ordering = ["project_id", "element_type", "element_id", "time"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["project", "element_type", "element_id", "time"], name="nodebaseline_element_time_uniq"
-            )
-        ]
-        indexes = [models.Index(fields=["project", "element_type", "time"], name="nodebaseline_type_time")]
+        abstract = True
 
     def __str__(self) -> str:
         return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"
 
 
-class LinkBaseline(models.Model):
-    """Link results as WNTR reports them: flow (m³/s), velocity (m/s), headloss (pipes: per unit
-    length, m/m; pumps: negative head gain, m; valves: m), status (0 closed, 1 open, 2 active), setting
-    (pipes: roughness; pumps: relative speed; valves: setting; NULL when EPANET reports none)."""
+class LinkValues(models.Model):
+    """The value columns of one link at one time, shared by the baseline and analysis-run series."""
 
-    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
     element_type = models.CharField(max_length=16)
     element_id = models.CharField(max_length=64)
     time = models.DateTimeField()
@@ -52,6 +42,35 @@ class LinkBaseline(models.Model):
     setting = models.FloatField(null=True, blank=True)
 
     class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"
+
+
+class NodeBaseline(NodeValues):
+    """Node results: pressure (m), head (m), demand (m³/s), quality (mg/L or h for age)."""
+
+    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
+        ordering = ["project_id", "element_type", "element_id", "time"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "element_type", "element_id", "time"], name="nodebaseline_element_time_uniq"
+            )
+        ]
+        indexes = [models.Index(fields=["project", "element_type", "time"], name="nodebaseline_type_time")]
+
+
+class LinkBaseline(LinkValues):
+    """Link results as WNTR reports them: flow (m³/s), velocity (m/s), headloss (pipes: per unit
+    length, m/m; pumps: negative head gain, m; valves: m), status (0 closed, 1 open, 2 active), setting
+    (pipes: roughness; pumps: relative speed; valves: setting; NULL when EPANET reports none)."""
+
+    project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
+
+    class Meta:
         ordering = ["project_id", "element_type", "element_id", "time"]
         constraints = [
             models.UniqueConstraint(
@@ -59,6 +78,3 @@ class LinkBaseline(models.Model):
             )
         ]
         indexes = [models.Index(fields=["project", "element_type", "time"], name="linkbaseline_type_time")]
-
-    def __str__(self) -> str:
-        return f"{self.element_type} {self.element_id}@{self.time:%Y-%m-%dT%H:%M}"
