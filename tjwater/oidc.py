@@ -45,6 +45,8 @@ REFUSAL_REASONS = {
     "provider_error": "The sign-in provider did not complete the sign-in.",
     "invalid_response": "The sign-in provider's answer could not be verified.",
     "no_user": "The sign-in did not complete.",
+    "not_configured": "Admin sign-in needs the OpenID provider (OIDC_* settings); password sign-in is "
+    "available only in development (DEBUG=True).",
 }
 
 
@@ -190,3 +192,14 @@ def admin_login(request: HttpRequest) -> HttpResponse:
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         next_url = reverse("admin:index")
     return HttpResponseRedirect(f"{reverse('oidc_authentication_init')}?{urlencode({'next': next_url})}")
+
+
+def admin_login_disabled(request: HttpRequest) -> HttpResponse:
+    """``/admin/login/`` with ``DEBUG=False`` and no OIDC configured: say so instead of showing a
+    password form that can never succeed (no authentication backend is configured then)."""
+    return render(
+        request,
+        "tjwater/oidc_refused.html",
+        {"reason": "not_configured", "message": REFUSAL_REASONS["not_configured"]},
+        status=403,
+    )

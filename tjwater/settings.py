@@ -243,6 +243,10 @@ if TJWATER_OIDC_ADMIN_ENABLED:
     AUTHENTICATION_BACKENDS = ["tjwater.oidc.OperatorOIDCBackend"] + (
         ["django.contrib.auth.backends.ModelBackend"] if DEBUG else []
     )
+elif not DEBUG:
+    # Without OIDC, a local superuser may sign in to the admin only in development (DEBUG=True):
+    # a production deployment without the provider has no admin sign-in at all (refuse by default).
+    AUTHENTICATION_BACKENDS = []
 
 REST_FRAMEWORK = {
     # The context API authenticates with the MCP bearer validator explicitly per view; no global

@@ -27,3 +27,7 @@ if settings.TJWATER_OIDC_ADMIN_ENABLED:
         path("oidc/", include("mozilla_django_oidc.urls")),
         *urlpatterns,
     ]
+elif not settings.DEBUG:
+    from tjwater.oidc import admin_login_disabled
+
+    urlpatterns = [path("admin/login/", admin_login_disabled, name="tjwater_admin_login"), *urlpatterns]
