@@ -154,7 +154,7 @@ def revoke_contexts(modeladmin: QueryContextAdmin, request: HttpRequest, queryse
 
 
 @admin.register(QueryContext)
-class QueryContextAdmin(admin.ModelAdmin):
+class QueryContextAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "hash_prefix",
@@ -207,15 +207,6 @@ class QueryContextAdmin(admin.ModelAdmin):
     @admin.display(description="state")
     def state(self, obj: QueryContext) -> str:
         return obj.state(timezone.now())
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     # Operators are the staff users (the OIDC admin backend makes only operators staff): they may
     # browse contexts and revoke them without a per-model permission — revoking is always safe.

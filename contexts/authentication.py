@@ -10,7 +10,7 @@ are never logged.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from rest_framework import exceptions, status
@@ -41,18 +41,28 @@ class TokenUser:
 
 
 def resource_metadata_url() -> str:
-    """The RFC 9728 metadata URL of the protected resource (``/.well-known/oauth-protected-resource``
-    + the resource path), named in challenges so a client can discover the issuer."""
+    """The RFC 9728 §3.1 metadata URL of the protected resource (the well-known path inserted between
+    host and the resource's path), named in every challenge so a client can discover the issuer.
+    Shared by the context API and ``/mcp`` (mcp_app.auth)."""
     parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
-    return f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path}"
+    path = parts.path if parts.path != "/" else ""
+    return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-protected-resource{path}", "", ""))
 
 
-def bearer_challenge(error: str | None = None, *, scope: str | None = None) -> str:
-    params = [f'resource_metadata="{resource_metadata_url()}"']
-    if error:
-        params.append(f'error="{error}"')
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def bearer_challenge(error: str | None = None, *, scope: str | None = None, description: str | None = None) -> str:
+    """An RFC 6750 §3 ``WWW-Authenticate: Bearer`` challenge. No ``error`` when no credentials were
+    sent (§3.1); ``scope`` names what the client should ask for."""
+    params = [f"resource_metadata={_quote(resource_metadata_url())}"]
     if scope:
-        params.append(f'scope="{scope}"')
+        params.append(f"scope={_quote(scope)}")
+    if error:
+        params.append(f"error={_quote(error)}")
+        if description:
+            params.append(f"error_description={_quote(description)}")
     return "Bearer " + ", ".join(params)
 
 

@@ -418,12 +418,14 @@ def resolve_context(
     """
     if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
         raise ContextInvalid()
-    context = (
-        QueryContext.objects.select_related("principal", "project", "membership", "run")
-        .filter(handle_hash=hash_handle(handle))
-        .first()
-    )
-    if context is None or not _owned_by(context, token):
+    try:
+        # handle_hash is unique: .get() reads the one row without the ORDER BY that .first() adds.
+        context = QueryContext.objects.select_related("principal", "project", "membership", "run").get(
+            handle_hash=hash_handle(handle)
+        )
+    except QueryContext.DoesNotExist:
+        raise ContextInvalid() from None
+    if not _owned_by(context, token):
         raise ContextInvalid()
     now = now or timezone.now()
     if context.revoked_at is not None:

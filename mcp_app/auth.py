@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
+from contexts.authentication import bearer_challenge
 from contexts.tokens import AuthUnavailable, TokenError, VerifiedToken, bearer_from_authorization, verify_token
 
 SCOPE_CATALOG = "mcp.catalog.read"
@@ -49,13 +49,6 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
 DEFAULT_CHALLENGE_SCOPE = f"{SCOPE_CATALOG} {SCOPE_QUERY}"
 
 
-def resource_metadata_url() -> str:
-    """RFC 9728 §3.1: the well-known path inserted between host and the resource's path."""
-    parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
-    path = parts.path if parts.path != "/" else ""
-    return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-protected-resource{path}", "", ""))
-
-
 def protected_resource_metadata() -> dict[str, Any]:
     """The RFC 9728 document for ``/mcp`` (R-AUTH-1)."""
     return {
@@ -65,19 +58,6 @@ def protected_resource_metadata() -> dict[str, Any]:
         "bearer_methods_supported": ["header"],
         "resource_name": "tjwater-mcp",
     }
-
-
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def challenge(*, error: str | None, scope: str, description: str | None = None) -> str:
-    parts = [f"resource_metadata={_quote(resource_metadata_url())}", f"scope={_quote(scope)}"]
-    if error is not None:
-        parts.append(f"error={_quote(error)}")
-        if description:
-            parts.append(f"error_description={_quote(description)}")
-    return "Bearer " + ", ".join(parts)
 
 
 class AuthFailure(Exception):
@@ -120,7 +100,7 @@ def authenticate(authorization: str | None) -> VerifiedToken:
         body: dict[str, Any] = {"error": code or "unauthorized", "message": "A valid bearer token is required."}
         description = "The access token is not valid." if code else None
         raise AuthFailure(
-            401, body, challenge(error=code, scope=DEFAULT_CHALLENGE_SCOPE, description=description)
+            401, body, bearer_challenge(code, scope=DEFAULT_CHALLENGE_SCOPE, description=description)
         ) from None
 
 
@@ -133,5 +113,5 @@ def authorize_method(token: VerifiedToken, method: str | None) -> None:
     raise AuthFailure(
         403,
         {"error": "insufficient_scope", "message": f"This method needs the scope {needed}."},
-        challenge(error="insufficient_scope", scope=needed, description=f"The {needed} scope is required."),
+        bearer_challenge("insufficient_scope", scope=needed, description=f"The {needed} scope is required."),
     )

@@ -15,6 +15,7 @@ from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpRequest
 
+from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
 from queries import models as m
 
 
@@ -36,19 +37,11 @@ class EstimatedCountPaginator(Paginator):
         return estimate if estimate >= 0 else super().count
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete — for anyone. Detail pages show every field read-only."""
+class ReadOnlyAdmin(NoWriteAdmin):
+    """No add, change or delete — for anyone (``contexts.admin.ReadOnlyAdmin``) — and no bulk actions:
+    operators browse measured and modelled data, they never edit it."""
 
     list_per_page = 50
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def get_actions(self, request: HttpRequest) -> dict[str, object]:
         return {}

@@ -57,6 +57,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
 @dataclass
 class ServerProcess:
     """A real uvicorn process serving ``tjwater.asgi:application`` against the test database."""
@@ -70,13 +81,7 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def subprocess_database_url() -> str:

@@ -21,6 +21,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
 
+from tests.conftest import stop_process
+
 ROOT = Path(__file__).resolve().parents[2]
 DEVTOOLS = ROOT / "devtools"
 NODE = DEVTOOLS / "node_modules" / ".bin" / "node"
@@ -185,13 +187,7 @@ class IdentityProvider:
 
     def stop(self) -> None:
         self._http.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def start_provider(log_path: Path, **extra_env: str) -> IdentityProvider:
