@@ -186,6 +186,11 @@ def _tag(obj: Any) -> str:
     return str(obj.tag or "")[:64]
 
 
+# The leading columns every node table and every link table share, in COPY order.
+NODE_COLUMNS = ["project_id", "element_id", "tag", "geom", "initial_quality"]
+LINK_COLUMNS = ["project_id", "element_id", "tag", "start_node_id", "end_node_id", "initial_status", "geom"]
+
+
 def write_network(
     *,
     project_id: int,
@@ -201,6 +206,22 @@ def write_network(
     p = id_prefix
     nl, lc = geometry.node_lonlat, geometry.link_coords
     counts: dict[str, int] = {}
+
+    def node_head(name: str, node: Any) -> tuple[object, ...]:
+        """The values of NODE_COLUMNS for one node."""
+        return (pid, p + name, _tag(node), point_ewkt(*nl[name]), float(node.initial_quality or 0.0))
+
+    def link_head(name: str, link: Any) -> tuple[object, ...]:
+        """The values of LINK_COLUMNS for one link (the geometry runs start node → vertices → end node)."""
+        return (
+            pid,
+            p + name,
+            _tag(link),
+            p + link.start_node_name,
+            p + link.end_node_name,
+            _status(link),
+            linestring_ewkt(lc[name]),
+        )
 
     counts["pattern"] = copy_rows(
         Pattern._meta.db_table,
@@ -218,11 +239,7 @@ def write_network(
     counts["junction"] = copy_rows(
         Junction._meta.db_table,
         [
-            "project_id",
-            "element_id",
-            "tag",
-            "geom",
-            "initial_quality",
+            *NODE_COLUMNS,
             "elevation",
             "base_demand",
             "demand_pattern",
@@ -231,11 +248,7 @@ def write_network(
         ],  # fmt: skip
         (
             (
-                pid,
-                p + name,
-                _tag(j),
-                point_ewkt(*nl[name]),
-                float(j.initial_quality or 0.0),
+                *node_head(name, j),
                 float(j.elevation),
                 float(j.base_demand or 0.0),
                 _prefixed(p, _name(j.demand_timeseries_list[0].pattern_name) if len(j.demand_timeseries_list) else ""),
@@ -247,14 +260,10 @@ def write_network(
     )
     counts["reservoir"] = copy_rows(
         Reservoir._meta.db_table,
-        ["project_id", "element_id", "tag", "geom", "initial_quality", "base_head", "head_pattern"],
+        [*NODE_COLUMNS, "base_head", "head_pattern"],
         (
             (
-                pid,
-                p + name,
-                _tag(r),
-                point_ewkt(*nl[name]),
-                float(r.initial_quality or 0.0),
+                *node_head(name, r),
                 float(r.base_head),
                 _prefixed(p, _name(r.head_pattern_name)),
             )  # fmt: skip
@@ -264,11 +273,7 @@ def write_network(
     counts["tank"] = copy_rows(
         Tank._meta.db_table,
         [
-            "project_id",
-            "element_id",
-            "tag",
-            "geom",
-            "initial_quality",
+            *NODE_COLUMNS,
             "elevation",
             "init_level",
             "min_level",
@@ -281,11 +286,7 @@ def write_network(
         ],  # fmt: skip
         (
             (
-                pid,
-                p + name,
-                _tag(t),
-                point_ewkt(*nl[name]),
-                float(t.initial_quality or 0.0),
+                *node_head(name, t),
                 float(t.elevation),
                 float(t.init_level),
                 float(t.min_level),
@@ -302,13 +303,7 @@ def write_network(
     counts["pipe"] = copy_rows(
         Pipe._meta.db_table,
         [
-            "project_id",
-            "element_id",
-            "tag",
-            "start_node_id",
-            "end_node_id",
-            "initial_status",
-            "geom",
+            *LINK_COLUMNS,
             "length",
             "diameter",
             "roughness",
@@ -319,13 +314,7 @@ def write_network(
         ],  # fmt: skip
         (
             (
-                pid,
-                p + name,
-                _tag(k),
-                p + k.start_node_name,
-                p + k.end_node_name,
-                _status(k),
-                linestring_ewkt(lc[name]),
+                *link_head(name, k),
                 float(k.length),
                 float(k.diameter),
                 float(k.roughness),
@@ -340,13 +329,7 @@ def write_network(
     counts["pump"] = copy_rows(
         Pump._meta.db_table,
         [
-            "project_id",
-            "element_id",
-            "tag",
-            "start_node_id",
-            "end_node_id",
-            "initial_status",
-            "geom",
+            *LINK_COLUMNS,
             "pump_type",
             "pump_curve",
             "power",
@@ -358,13 +341,7 @@ def write_network(
         ],  # fmt: skip
         (
             (
-                pid,
-                p + name,
-                _tag(k),
-                p + k.start_node_name,
-                p + k.end_node_name,
-                _status(k),
-                linestring_ewkt(lc[name]),
+                *link_head(name, k),
                 str(k.pump_type).upper(),
                 _prefixed(p, _name(getattr(k, "pump_curve_name", None))),
                 _opt(getattr(k, "power", None)),
@@ -380,13 +357,7 @@ def write_network(
     counts["valve"] = copy_rows(
         Valve._meta.db_table,
         [
-            "project_id",
-            "element_id",
-            "tag",
-            "start_node_id",
-            "end_node_id",
-            "initial_status",
-            "geom",
+            *LINK_COLUMNS,
             "valve_type",
             "diameter",
             "setting",
@@ -395,13 +366,7 @@ def write_network(
         ],  # fmt: skip
         (
             (
-                pid,
-                p + name,
-                _tag(k),
-                p + k.start_node_name,
-                p + k.end_node_name,
-                _status(k),
-                linestring_ewkt(lc[name]),
+                *link_head(name, k),
                 str(k.valve_type).upper(),
                 float(k.diameter),
                 None if k.valve_type == "GPV" else _opt(k.initial_setting),
