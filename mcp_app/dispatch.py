@@ -45,6 +45,8 @@ from mcp_app.errors import (
 )
 from mcp_app.limits import ConcurrencyLimiter, LeaseHolder
 from mcp_app.resolver import resolve_resource_scope, resolve_scope
+from queries.access import may_use
+from queries.plan import run_sync
 
 logger = logging.getLogger("tjwater.mcp")
 
@@ -71,11 +73,9 @@ def validate_arguments(entry: CatalogEntry, arguments: Mapping[str, Any] | None)
 
 
 def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
-    """R-TOOL-1: catalog ∩ the principal's permissions (now) ∩ the context's tools. A binding with no
-    tools allows none — an empty ``allowed_tools`` never means "any tool"."""
-    if not all(scope.has(p) for p in entry.spec.permissions):
-        return False
-    return entry.spec.name in scope.allowed_tools
+    """R-TOOL-1: catalog ∩ the principal's permissions (now) ∩ the context's tools, decided by
+    ``queries.access`` (shared with every other edge). A binding with no tools allows none."""
+    return may_use(entry.spec, scope)
 
 
 def _json_size(payload: Any) -> int:
@@ -187,7 +187,7 @@ class Dispatcher:
         try:
             if session is not None:
                 anyio.from_thread.run(session.report_progress, 0, 1, "query started")
-            result = entry.spec.invoke(scope, args)
+            result = run_sync(entry.spec.invoke(scope, args))
             if session is not None:
                 anyio.from_thread.run(session.report_progress, 1, 1, "query finished")
             return result

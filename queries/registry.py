@@ -13,28 +13,29 @@ JSON Schema of the Pydantic result model the service returns.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel
 
 from contexts.scope import QueryScope
+from queries.plan import Plan
 from queries.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Origin, PageRequest
-from queries.schemas.network import (
-    ElementListResult,
-    ElementPropertiesResult,
-    NetworkOptionsResult,
-    NetworkSchemaResult,
-)
-from queries.services import network
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 ELEMENT_TYPES = ["junction", "pipe", "valve", "pump", "tank", "reservoir"]
+# Permission codes (SPEC §5; ``contexts.models.Permission``).
 WEBGIS_VIEW = "webgis.view"
+SCADA_VIEW = "scada.view"
+SIMULATION_VIEW = "simulation.view"
+OPTIMIZATION_RUN = "optimization.run"
 
-Invoke = Callable[[QueryScope, Mapping[str, Any]], BaseModel]
+#: (scope, validated arguments) → the service's plan (``queries.plan``), run by whichever edge calls.
+Invoke = Callable[[QueryScope, Mapping[str, Any]], Plan[BaseModel]]
 Summarize = Callable[[Any], str]
 
 
@@ -136,113 +137,24 @@ ELEMENT_TYPE = {"type": "string", "enum": ELEMENT_TYPES, "description": "Network
 ELEMENT_ID = {"type": "string", "minLength": 1, "maxLength": 64, "description": "The element's network id."}
 
 
-def _network_tools() -> list[ToolSpec]:
-    return [
-        ToolSpec(
-            name="get_element_properties",
-            title="Element properties",
-            description="Properties of one network element (junction, pipe, valve, pump, tank or reservoir) of "
-            "the context's project, in SI units.",
-            input_schema=input_object(
-                {"element_type": ELEMENT_TYPE, "element_id": ELEMENT_ID}, ["element_type", "element_id"]
-            ),
-            output_model=ElementPropertiesResult,
-            permissions=(WEBGIS_VIEW,),
-            source="model_network",
-            semantics="model_network",
-            invoke=lambda scope, a: network.get_element_properties(
-                scope=scope, element_type=a["element_type"], element_id=a["element_id"]
-            ),
-            summarize=lambda r: f"{r.data.element_type} {r.data.element_id}: {len(r.data.properties)} properties.",
-        ),
-        ToolSpec(
-            name="list_elements",
-            title="List elements",
-            description="One page of the project's network elements of a type, ordered by id, with the total "
-            "count. Never the whole network: page with limit/offset.",
-            input_schema=input_object({"element_type": ELEMENT_TYPE, **page_properties()}, ["element_type"]),
-            output_model=ElementListResult,
-            permissions=(WEBGIS_VIEW,),
-            source="model_network",
-            semantics="model_network",
-            limits=ToolLimits(max_page=MAX_LIMIT),
-            invoke=lambda scope, a: network.list_elements(
-                scope=scope, element_type=a["element_type"], page=page_from(a)
-            ),
-            summarize=lambda r: (
-                f"{len(r.data.items)} of {r.data.total} elements from offset {r.data.offset}"
-                + ("; more available." if r.data.has_more else ".")
-            ),
-        ),
-        ToolSpec(
-            name="get_network_options",
-            title="Network options",
-            description="The project's network options of one kind: hydraulic, time, energy, or pump_energy "
-            "(which needs pump_id).",
-            input_schema=input_object(
-                {
-                    "kind": {"type": "string", "enum": ["hydraulic", "time", "energy", "pump_energy"]},
-                    "pump_id": {"type": "string", "minLength": 1, "maxLength": 64},
-                },
-                ["kind"],
-            ),
-            output_model=NetworkOptionsResult,
-            permissions=(WEBGIS_VIEW,),
-            source="model_network",
-            semantics="model_network",
-            invoke=lambda scope, a: network.get_network_options(scope=scope, kind=a["kind"], pump_id=a.get("pump_id")),
-            summarize=lambda r: f"{r.data.kind} options: {len(r.data.values)} values.",
-        ),
-        ToolSpec(
-            name="get_network_schema",
-            title="Network schema",
-            description="What the properties of one kind mean (type, unit, allowed values): an element type, "
-            "scada-device, or an option kind.",
-            input_schema=input_object(
-                {
-                    "kind": {
-                        "type": "string",
-                        "enum": [*ELEMENT_TYPES, "scada-device", "hydraulic", "time", "energy", "pump_energy"],
-                    }
-                },
-                ["kind"],
-            ),
-            output_model=NetworkSchemaResult,
-            permissions=(WEBGIS_VIEW,),
-            source="model_network",
-            semantics="model_network",
-            invoke=lambda scope, a: network.get_network_schema(scope=scope, kind=a["kind"]),
-            summarize=lambda r: f"Schema of {r.data.kind}: {len(r.data.properties)} properties.",
-        ),
-    ]
-
-
-def _test_tools() -> list[ToolSpec]:
-    from queries.services import testing
-
-    return [
-        ToolSpec(
-            name="test_slow_query",
-            title="Slow query (test only)",
-            description="Test-only: sleeps inside PostgreSQL to exercise cancellation and concurrency limits.",
-            input_schema=input_object({"seconds": {"type": "number", "minimum": 0, "maximum": 60}}, ["seconds"]),
-            output_model=testing.SlowQueryResult,
-            permissions=(WEBGIS_VIEW,),
-            source="diagnostic",
-            semantics="diagnostic",
-            evidence_allowed=False,
-            invoke=lambda scope, a: testing.slow_query(scope=scope, seconds=float(a["seconds"])),
-            summarize=lambda r: f"Slept {r.data.slept_s} s.",
-        )
-    ]
+# The tool families, one declaration module each (``TOOLS``: a list of ``ToolSpec``), imported when the
+# catalog is assembled (not at import time: a family module imports this one for ``ToolSpec``). This
+# tuple and the modules it names are the one place a tool is declared.
+FAMILIES: tuple[str, ...] = ("queries.tools.network",)
+TEST_FAMILIES: tuple[str, ...] = ("queries.tools.testing",)
 
 
 def all_tools() -> list[ToolSpec]:
-    """Every registered tool, sorted by name (the stable catalog order, R-PROTO-5)."""
-    tools = _network_tools()
-    if settings.TJWATER_MCP_TEST_TOOLS:
-        tools += _test_tools()
-    return sorted(tools, key=lambda t: t.name)
+    """Every registered tool, sorted by name (the stable catalog order, R-PROTO-5). Two families
+    declaring the same name is a programming error, refused here."""
+    modules = FAMILIES + (TEST_FAMILIES if settings.TJWATER_MCP_TEST_TOOLS else ())
+    tools: dict[str, ToolSpec] = {}
+    for module in modules:
+        for tool in importlib.import_module(module).TOOLS:
+            if tool.name in tools:
+                raise ImproperlyConfigured(f"tool {tool.name} is declared twice ({module})")
+            tools[tool.name] = tool
+    return sorted(tools.values(), key=lambda t: t.name)
 
 
 def tools_by_name() -> dict[str, ToolSpec]:

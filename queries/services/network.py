@@ -14,6 +14,7 @@ from django.contrib.gis.geos import Point
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
+from queries.plan import Plan, count_of, service
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -63,15 +64,15 @@ def _check_type(element_type: str) -> None:
         raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
 
 
-def get_element_properties(*, scope: QueryScope, element_type: str, element_id: str) -> ElementPropertiesResult:
+@service
+def get_element_properties(*, scope: QueryScope, element_type: str, element_id: str) -> Plan[ElementPropertiesResult]:
     """The properties of one network element of the caller's project (one query)."""
     _check_type(element_type)
     model = ELEMENT_MODELS[element_type]
-    row = (
-        model.objects.filter(project_id=scope.project_id, element_id=element_id)
-        .values(*_db_fields(element_type))
-        .first()
-    )
+    rows = yield model.objects.filter(project_id=scope.project_id, element_id=element_id).values(
+        *_db_fields(element_type)
+    )[:1]
+    row = rows[0] if rows else None
     if row is None:
         raise NotFound(f"No {element_type} with that id in this project.")
     return ElementPropertiesResult(
@@ -88,14 +89,15 @@ def get_element_properties(*, scope: QueryScope, element_type: str, element_id: 
     )
 
 
-def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) -> ElementListResult:
+@service
+def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) -> Plan[ElementListResult]:
     """One page of the project's elements of a type, ordered by element id, with the total count
     (two queries: the count and the page, both in SQL — never the whole network)."""
     _check_type(element_type)
     model = ELEMENT_MODELS[element_type]
     base = model.objects.filter(project_id=scope.project_id)
-    total = base.count()
-    rows = list(base.order_by("element_id").values(*_db_fields(element_type))[page.offset : page.offset + page.limit])
+    total = yield count_of(base)
+    rows = yield base.order_by("element_id").values(*_db_fields(element_type))[page.offset : page.offset + page.limit]
     items = [
         ElementProperties(
             element_type=element_type,  # type: ignore[arg-type]  # checked above
@@ -118,19 +120,19 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
     )
 
 
-def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = None) -> NetworkOptionsResult:
+@service
+def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = None) -> Plan[NetworkOptionsResult]:
     """One kind of the project's network options; pump energy options need the pump's id."""
     if kind == "pump_energy" and not pump_id:
         raise InvalidParameter("pump_energy options need pump_id (the pump's element id).")
     if kind != "pump_energy" and pump_id:
         raise InvalidParameter("pump_id applies only to kind=pump_energy.")
-    row = (
-        NetworkOptions.objects.filter(project_id=scope.project_id, kind=kind, pump_id=pump_id or "")
-        .values("values")
-        .first()
-    )
-    if row is None:
+    rows = yield NetworkOptions.objects.filter(project_id=scope.project_id, kind=kind, pump_id=pump_id or "").values(
+        "values"
+    )[:1]
+    if not rows:
         raise NotFound("No such network options in this project.")
+    row = rows[0]
     ref = f"project:{scope.project_slug}/options/{kind}" + (f"/{pump_id}" if pump_id else "")
     return NetworkOptionsResult(
         source=SOURCE,
@@ -142,13 +144,15 @@ def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = N
     )
 
 
-def get_network_schema(*, scope: QueryScope, kind: str) -> NetworkSchemaResult:
+@service
+def get_network_schema(*, scope: QueryScope, kind: str) -> Plan[NetworkSchemaResult]:
     """What the properties of one kind (element type, device or option set) mean: type, unit, enum."""
-    row = (
-        NetworkSchema.objects.filter(project_id=scope.project_id, kind=kind).values("description", "properties").first()
-    )
-    if row is None:
+    rows = yield NetworkSchema.objects.filter(project_id=scope.project_id, kind=kind).values(
+        "description", "properties"
+    )[:1]
+    if not rows:
         raise NotFound("No schema of that kind in this project.")
+    row = rows[0]
     return NetworkSchemaResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/schema/{kind}",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from django.db import connection
 from pydantic import BaseModel
 
 from contexts.scope import QueryScope
+from queries.plan import Plan, Raw, service
 from queries.schemas.common import ResultEnvelope
 
 
@@ -20,10 +20,10 @@ class SlowQueryResult(ResultEnvelope[SlowQueryData]):
     pass
 
 
-def slow_query(*, scope: QueryScope, seconds: float) -> SlowQueryResult:
+@service
+def slow_query(*, scope: QueryScope, seconds: float) -> Plan[SlowQueryResult]:
     """Sleep ``seconds`` inside PostgreSQL (``pg_sleep``) and report it."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_sleep(%s)", [seconds])
+    yield Raw("SELECT pg_sleep(%s)", [seconds])
     return SlowQueryResult(
         source="diagnostic",
         source_ref=f"project:{scope.project_slug}/pg_sleep",

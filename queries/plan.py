@@ -1,0 +1,107 @@
+"""Query services as *plans*: ORM-written statements, no I/O of their own (STYLE "reads").
+
+A query service is written once, as a generator function decorated with ``@service``. It builds its
+statements with the Django ORM and ``yield``s each one; whoever runs the plan executes the statement and
+sends the rows back in. The service never touches a connection itself, so the same code runs:
+
+- synchronously, through Django's connection (``run_sync``): REST views, admin, Celery tasks, commands
+  and tests simply call the service — ``get_element_properties(scope=…, …)`` returns its result;
+- on the MCP hot path, by a driver that executes the very same statements on its own connection
+  (``mcp_app``), without a worker thread and with the SQL compiled once per statement shape.
+
+What a plan may yield, and what it gets back:
+
+- a ``QuerySet`` of ``.values(…)`` / ``.values_list(…)`` rows, sliced in SQL (never unbounded: every
+  collection has a LIMIT — R-PAGE-1) → ``list`` of dicts / tuples, Django's converters applied
+  (geometries, JSON, aware datetimes);
+- ``count_of(queryset)`` → ``int`` (``SELECT COUNT(*)`` of that queryset);
+- ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns``; only for what the ORM cannot
+  say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client text in ``sql``.
+
+A service must not evaluate a queryset itself (no ``list(qs)``, ``.first()``, ``.count()``, ``.exists()``,
+``.aggregate()`` — each would run SQL outside the plan): ``tests/queries/test_plan.py`` checks that the
+sync run of every registry tool issues exactly the statements its plan yields.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from django.db import connection
+from django.db.models import QuerySet
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True)
+class CountOf:
+    """``SELECT COUNT(*)`` of a queryset (what ``queryset.count()`` would run)."""
+
+    queryset: QuerySet[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Raw:
+    """A statement the ORM cannot express. ``sql`` is a constant with ``%s`` placeholders; rows come back
+    as dicts keyed by ``columns``."""
+
+    sql: str
+    params: Sequence[Any] = ()
+    columns: Sequence[str] = ()
+
+
+Statement = QuerySet[Any] | CountOf | Raw
+#: A running service: yields statements, receives their rows, returns the result.
+Plan = Generator[Statement, Any, R]
+
+
+def count_of(queryset: QuerySet[Any]) -> CountOf:
+    return CountOf(queryset)
+
+
+def execute_sync(statement: Statement) -> Any:
+    """Run one statement through Django's connection of this thread."""
+    if isinstance(statement, CountOf):
+        return statement.queryset.count()
+    if isinstance(statement, Raw):
+        with connection.cursor() as cursor:
+            cursor.execute(statement.sql, list(statement.params))
+            rows = cursor.fetchall() if cursor.description else []
+        return [dict(zip(statement.columns, row, strict=True)) for row in rows]
+    if isinstance(statement, QuerySet):
+        if statement.query.high_mark is None:
+            # Every collection is bounded in SQL (R-PAGE-1); an unsliced queryset is a bug in the plan.
+            raise ValueError(f"unbounded queryset in a query plan: {statement.model.__name__}")
+        return list(statement)
+    raise TypeError(f"a query plan yielded {type(statement).__name__}, not a statement")
+
+
+def run_sync(plan: Plan[R]) -> R:
+    """Run a plan to completion with Django's connection; return the service's result."""
+    try:
+        statement = next(plan)
+        while True:
+            statement = plan.send(execute_sync(statement))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]  # the generator's return value
+
+
+class ServiceFunction(Generic[P, R]):
+    """A query service: call it for the result (sync), or take ``.plan(…)`` to drive it yourself."""
+
+    def __init__(self, fn: Callable[P, Plan[R]]) -> None:
+        functools.update_wrapper(self, fn)
+        self.plan = fn
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return run_sync(self.plan(*args, **kwargs))
+
+
+def service(fn: Callable[P, Plan[R]]) -> ServiceFunction[P, R]:
+    """Make a plan generator function callable as a plain service (runs it with ``run_sync``), with
+    ``.plan(**kwargs)`` giving the generator for other drivers."""
+    return ServiceFunction(fn)

@@ -1,0 +1,1 @@
+"""Tool declarations, one module per family (``TOOLS``); assembled by ``queries.registry.all_tools``."""
