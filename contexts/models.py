@@ -271,3 +271,29 @@ class ContextEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} context {self.context_id} by {self.actor}"
+
+
+class AccessEvent(models.Model):
+    """Audit trail of onboarding (``contexts.onboarding``): projects created, principals registered,
+    memberships granted, changed and revoked — with the actor, in the same transaction as the change.
+    Keeps ids as plain numbers so the trail outlives the rows it describes."""
+
+    class Action(models.TextChoices):
+        PROJECT_CREATED = "project_created"
+        PRINCIPAL_REGISTERED = "principal_registered"
+        MEMBERSHIP_GRANTED = "membership_granted"
+        MEMBERSHIP_CHANGED = "membership_changed"
+        MEMBERSHIP_REVOKED = "membership_revoked"
+
+    action = models.CharField(max_length=32, choices=Action.choices)
+    actor = models.CharField(max_length=300)
+    project_id = models.BigIntegerField(db_index=True)
+    principal_id = models.BigIntegerField(null=True)
+    details = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} project={self.project_id} principal={self.principal_id}"

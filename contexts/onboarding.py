@@ -1,0 +1,138 @@
+"""Onboarding a utility (SPEC §10 R-OPS "Onboarding"): projects, principals and their memberships.
+
+One function per state change (STYLE "writes"): each is atomic and writes its ``AccessEvent`` audit row in
+the same transaction. The manage.py commands (``project_create``, ``membership_grant``,
+``membership_revoke``) and the admin actions call these functions; nothing edits these rows directly.
+
+A membership names a principal by ``(issuer, subject)`` — the identity the OpenID provider will put in the
+engineer's tokens — so an engineer can be granted access before their first sign-in. Revoking a
+membership stops the principal's contexts on their next call (``resolve_context`` re-reads the
+membership every call); granting again re-activates it with the new permission codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from contexts.errors import InvalidParameter, NotFound
+from contexts.models import AccessEvent, Membership, Permission, Principal, Project
+from contexts.services import Actor
+
+KNOWN_PERMISSIONS = frozenset(Permission.values)
+
+
+def _permission_codes(permissions: Sequence[str]) -> list[str]:
+    codes = sorted(set(permissions))
+    unknown = [code for code in codes if code not in KNOWN_PERMISSIONS]
+    if unknown:
+        raise InvalidParameter(
+            f"Unknown permission codes: {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_PERMISSIONS))}."
+        )
+    if not codes:
+        raise InvalidParameter("A membership needs at least one permission code (revoke it instead).")
+    return codes
+
+
+def _audit(
+    action: str, *, actor: Actor, project: Project, principal: Principal | None = None, **details: object
+) -> None:
+    AccessEvent.objects.create(
+        action=action,
+        actor=actor.label,
+        project_id=project.pk,
+        principal_id=principal.pk if principal else None,
+        details=details,
+    )
+
+
+@transaction.atomic
+def project_create(*, slug: str, name: str, actor: Actor) -> Project:
+    """Create an empty project (its network comes from ``import_network``). A taken slug is refused."""
+    try:
+        with transaction.atomic():
+            project = Project.objects.create(slug=slug, name=name or slug)
+    except IntegrityError:
+        raise InvalidParameter(f"A project with the slug {slug!r} exists already.") from None
+    _audit(AccessEvent.Action.PROJECT_CREATED, actor=actor, project=project, slug=slug, name=project.name)
+    return project
+
+
+def _project(slug: str) -> Project:
+    try:
+        return Project.objects.get(slug=slug)
+    except Project.DoesNotExist:
+        raise NotFound(f"No project {slug!r}.") from None
+
+
+@transaction.atomic
+def membership_grant(
+    *,
+    project_slug: str,
+    issuer: str,
+    subject: str,
+    permissions: Sequence[str],
+    actor: Actor,
+    display_name: str = "",
+    is_service: bool = False,
+) -> Membership:
+    """Grant ``permissions`` on a project to the principal ``(issuer, subject)``, registering the principal
+    if it has never signed in. An existing membership gets exactly the new codes (a change, audited with
+    before and after); a revoked one is re-activated."""
+    if not issuer or not subject:
+        raise InvalidParameter("A principal is named by its token issuer and subject (sub).")
+    codes = _permission_codes(permissions)
+    project = _project(project_slug)
+    principal, created = Principal.objects.get_or_create(
+        issuer=issuer, subject=subject, defaults={"display_name": display_name, "is_service": is_service}
+    )
+    if created:
+        _audit(AccessEvent.Action.PRINCIPAL_REGISTERED, actor=actor, project=project, principal=principal)
+    membership = Membership.objects.select_for_update().filter(principal=principal, project=project).first()
+    if membership is None:
+        membership = Membership.objects.create(principal=principal, project=project, permissions=codes)
+        _audit(AccessEvent.Action.MEMBERSHIP_GRANTED, actor=actor, project=project, principal=principal, after=codes)
+        return membership
+    before = sorted(membership.permissions)
+    was_revoked = membership.revoked_at is not None
+    membership.permissions = codes
+    membership.revoked_at = None
+    membership.save(update_fields=["permissions", "revoked_at"])
+    _audit(
+        AccessEvent.Action.MEMBERSHIP_GRANTED if was_revoked else AccessEvent.Action.MEMBERSHIP_CHANGED,
+        actor=actor,
+        project=project,
+        principal=principal,
+        before=[] if was_revoked else before,
+        after=codes,
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_revoke(*, project_slug: str, issuer: str, subject: str, actor: Actor, reason: str) -> Membership:
+    """Revoke a principal's membership of a project; its contexts stop on their next call."""
+    if not reason.strip():
+        raise InvalidParameter("Revoking a membership needs a reason (it is kept in the audit trail).")
+    project = _project(project_slug)
+    membership = (
+        Membership.objects.select_for_update()
+        .select_related("principal")
+        .filter(project=project, principal__issuer=issuer, principal__subject=subject, revoked_at__isnull=True)
+        .first()
+    )
+    if membership is None:
+        raise NotFound("That principal has no active membership in this project.")
+    membership.revoked_at = timezone.now()
+    membership.save(update_fields=["revoked_at"])
+    _audit(
+        AccessEvent.Action.MEMBERSHIP_REVOKED,
+        actor=actor,
+        project=project,
+        principal=membership.principal,
+        before=sorted(membership.permissions),
+        reason=reason[:500],
+    )
+    return membership
