@@ -19,3 +19,8 @@ test:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	.venv/bin/pytest
+
+.PHONY: bench
+# The product's own benchmark (production settings, the devtools provider as issuer); not part of `make test`.
+bench: setup
+	.venv/bin/python scripts/bench.py

@@ -1,0 +1,417 @@
+"""``make bench``: what a call costs on this hardware, with production settings (issue 10).
+
+Starts, from a fresh clone: a benchmark database (``tjwater_bench``: the demo utility and the Net6 tiled
+scale network), the Keycloak-shaped OpenID provider of ``devtools/`` as the one trusted issuer (the dev
+issuer refuses ``DEBUG=False``), and one uvicorn process with ``DEBUG=False`` pinned to CPU 0; the load
+generator runs here, pinned to CPU 1. Tokens are real: alice signs in through the provider's login form
+and her token is exchanged (RFC 8693) for an ``/mcp`` token; her memberships are granted with the
+onboarding service (``manage.py membership_grant``); contexts are created through the REST API.
+
+For every scenario (each tool at a typical and at its maximum size): p50/p95 at concurrency 1, req/s at
+concurrency 1 and 8, server CPU per call (utime+stime of the server process over the measured phase),
+and the ratio of p50 to a psycopg floor measured in the same run (one prepared one-row lookup, no HTTP).
+Then the cancellation latency (client disconnect → the statement gone from ``pg_stat_activity``, p95
+over 20 runs) and the server's peak RSS. Every response is checked (HTTP 200, a result, not ``isError``)
+and errors are counted. Results: ``var/bench/results.json`` and a Markdown table on stdout.
+
+The cancellation probe needs a statement that runs long enough to be seen: the server runs with
+``scripts.bench_settings`` (production settings plus the test-only ``test_slow_query`` tool — nothing
+else differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.interop.idp import USERS, start_provider  # noqa: E402  (the provider driver the tests use)
+
+DB = os.environ.get("BENCH_DB", "tjwater_bench")
+DSN = f"postgresql://postgres@127.0.0.1:5432/{DB}"
+DATABASE_URL = f"postgis://postgres@127.0.0.1:5432/{DB}"
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/10")
+OUT = ROOT / "var" / "bench"
+PROTOCOL = "2026-07-28"
+DEMO = "tianjin-demo"
+SCALE = "scale-net6"
+ALL_PERMISSIONS = "webgis.view scada.view simulation.view optimization.run"
+
+
+@dataclass
+class Scenario:
+    name: str
+    tool: str
+    args: dict[str, Any]
+    project: str = DEMO
+
+
+# Each tool at a typical and at its maximum size. Arguments follow the tools' input schemas; a tool the
+# catalog does not serve is reported as such, never silently dropped.
+SCENARIOS: list[Scenario] = [
+    Scenario(
+        "get_element_properties pipe", "get_element_properties", {"element_type": "pipe", "element_id": "LINK-1523"}
+    ),
+    Scenario("list_elements 20", "list_elements", {"element_type": "junction", "limit": 20}),
+    Scenario("list_elements 500 (max page)", "list_elements", {"element_type": "junction", "limit": 500}),
+    Scenario("get_network_options hydraulic", "get_network_options", {"kind": "hydraulic"}),
+    Scenario("get_network_schema pipe", "get_network_schema", {"kind": "pipe"}),
+]
+
+
+def manage(*args: str, env: dict[str, str] | None = None, check: bool = True) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+def base_env(issuer: str, port: int) -> dict[str, str]:
+    """Production settings: DEBUG off, a real secret, real ALLOWED_HOSTS, the provider as issuer."""
+    return {
+        "DEBUG": "0",
+        "TJWATER_READ_ENV_FILE": "0",
+        "SECRET_KEY": secrets.token_urlsafe(48),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "DATABASE_URL": DATABASE_URL,
+        "REDIS_URL": REDIS_URL,
+        "TJWATER_MCP_ENABLED": "1",
+        "TJWATER_DEV_ISSUER": "0",
+        "TJWATER_OIDC_ISSUER": issuer,
+        "TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp",
+        # c=8 from one principal measures throughput, not the per-tenant limit (as perf-anchors does).
+        "TJWATER_MCP_MAX_CONCURRENT": "16",
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def ensure_database(tiles: int, issuer: str) -> None:
+    """The benchmark database with the demo and the scale network (each loaded only once)."""
+    admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True)
+    if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB]).fetchone() is None:
+        admin.execute(f'CREATE DATABASE "{DB}"')
+    admin.close()
+    with psycopg.connect(DSN, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
+    env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
+    manage("migrate", "--noinput", "-v", "0", env=env)
+    manage("seed_demo", "--if-empty", env=env)
+    with psycopg.connect(DSN) as conn:
+        pipes = conn.execute(
+            "SELECT count(*) FROM queries_pipe p JOIN contexts_project c ON c.id = p.project_id WHERE c.slug = %s",
+            [SCALE],
+        ).fetchone()[0]
+    if not pipes:  # (re)generated whole: the generator is atomic and creates the project
+        print(f"[bench] generating the {tiles}x{tiles} scale network (about 5 minutes for 10x10) …", flush=True)
+        manage("generate_scale_network", "--tiles", str(tiles), "--project", SCALE, env=env)
+
+
+def grant(issuer: str, subject: str) -> None:
+    env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
+    for project in (DEMO, SCALE):
+        manage(
+            "membership_grant", "--project", project, "--issuer", issuer, "--sub", subject,
+            "--permissions", ALL_PERMISSIONS, env=env,
+        )  # fmt: skip
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(issuer: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **base_env(issuer, port), "DJANGO_SETTINGS_MODULE": "scripts.bench_settings"}
+    process = subprocess.Popen(
+        ["taskset", "-c", "0", sys.executable, "-m", "uvicorn", "tjwater.asgi:application",
+         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on", "--no-access-log"],
+        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return process
+        except httpx2.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the server did not become healthy:\n{log.read_text()[-4000:]}")
+
+
+def cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def rpc(tool: str, args: dict[str, Any], request_id: int) -> bytes:
+    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args, "_meta": meta}}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+def headers(token: str, tool: str) -> dict[str, str]:
+    return {
+        "authorization": f"Bearer {token}",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": PROTOCOL,
+        "mcp-method": "tools/call",
+        "mcp-name": tool,
+    }
+
+
+def reply_of(text: str) -> dict[str, Any]:
+    events = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    return json.loads(events[-1] if events else text)
+
+
+@dataclass
+class Measured:
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    bytes_out: int = 0
+
+
+async def drive(url: str, token: str, tool: str, args: dict[str, Any], *, concurrency: int, requests: int) -> Measured:
+    measured = Measured()
+    counter = iter(range(requests))
+    limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx2.AsyncClient(timeout=60, limits=limits) as client:
+
+        async def worker() -> None:
+            for i in counter:
+                started = time.perf_counter()
+                response = await client.post(url, content=rpc(tool, args, i + 1), headers=headers(token, tool))
+                elapsed = (time.perf_counter() - started) * 1000
+                outcome = "ok"
+                if response.status_code != 200:
+                    outcome = f"http_{response.status_code}"
+                else:
+                    reply = reply_of(response.text)
+                    result = reply.get("result")
+                    if result is None:
+                        outcome = f"rpc_{reply.get('error', {}).get('code')}"
+                    elif result.get("isError"):
+                        outcome = str(result["structuredContent"].get("code"))
+                    else:
+                        measured.bytes_out = len(response.content)
+                if outcome == "ok":
+                    measured.latencies_ms.append(elapsed)
+                else:
+                    measured.errors[outcome] = measured.errors.get(outcome, 0) + 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        measured.wall_s = time.perf_counter() - started
+    return measured
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def psycopg_floor(runs: int) -> float:
+    """p50 (ms) of the one-row element lookup straight through psycopg (prepared, no HTTP, no checks)."""
+    sql = "SELECT element_id, length, diameter FROM queries_pipe WHERE project_id = %s AND element_id = %s"
+    with psycopg.connect(DSN, prepare_threshold=0) as conn:
+        project_id = conn.execute("SELECT id FROM contexts_project WHERE slug = %s", [DEMO]).fetchone()[0]
+        timings = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            conn.execute(sql, [project_id, "LINK-1523"]).fetchone()
+            timings.append((time.perf_counter() - started) * 1000)
+    return statistics.median(timings)
+
+
+async def cancellation_latency(url: str, token: str, handle: str, runs: int) -> list[float]:
+    """Client disconnect → the statement gone from pg_stat_activity (ms), ``runs`` times."""
+    latencies = []
+    probe = (
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep%%' "
+        "AND datname = current_database()"
+    )
+    with psycopg.connect(DSN, autocommit=True) as watch:
+        for i in range(runs):
+            args = {"context_handle": handle, "seconds": 20}
+            async with httpx2.AsyncClient(timeout=30) as client:
+                request = client.build_request(
+                    "POST", url, content=rpc("test_slow_query", args, i), headers=headers(token, "test_slow_query")
+                )
+                response = await client.send(request, stream=True)
+                deadline = time.monotonic() + 10
+                while watch.execute(probe).fetchone()[0] == 0:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the slow query never started")
+                    await asyncio.sleep(0.005)
+                started = time.perf_counter()
+                await response.aclose()
+            while watch.execute(probe).fetchone()[0] != 0:
+                await asyncio.sleep(0.002)
+            latencies.append((time.perf_counter() - started) * 1000)
+            await asyncio.sleep(0.2)
+    return latencies
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiles", type=int, default=10, help="scale network tiles per side (default 10)")
+    parser.add_argument("--requests", type=int, default=400, help="measured calls per scenario and concurrency")
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--cancel-runs", type=int, default=20)
+    parser.add_argument("--only", default="", help="comma-separated scenario name prefixes")
+    options = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    os.sched_setaffinity(0, {1})  # the load generator on CPU 1, the server on CPU 0
+
+    provider = start_provider(OUT / "provider.log")
+    server = None
+    try:
+        ensure_database(options.tiles, provider.issuer)
+        port = free_port()
+        resource = f"http://127.0.0.1:{port}/mcp"
+        user_token = provider.user_token("alice", resource=resource)
+        token = provider.exchange(user_token, resource=resource, scope="mcp.query mcp.context.bind")
+        subject = USERS["alice"][0]
+        grant(provider.issuer, subject)
+        server = start_server(provider.issuer, port, OUT / "server.log")
+        base = f"http://127.0.0.1:{port}"
+        handles = {}
+        for project in (DEMO, SCALE):
+            created = httpx2.post(
+                f"{base}/api/v1/mcp-query-contexts",
+                json={"project": project, "session_id": f"bench-{project}", "purpose": "ordinary_chat"},
+                headers={"authorization": f"Bearer {token}"},
+                timeout=30,
+            )
+            created.raise_for_status()
+            handles[project] = created.json()["context_handle"]
+        served = {t["name"] for t in _tools(base, token)}
+        floor_ms = psycopg_floor(2000)
+        rows = []
+        wanted = [
+            s for s in SCENARIOS if not options.only or any(s.name.startswith(p) for p in options.only.split(","))
+        ]
+        for scenario in wanted:
+            if scenario.tool not in served:
+                rows.append({"scenario": scenario.name, "tool": scenario.tool, "status": "not in the catalog"})
+                print(f"[bench] {scenario.name}: not in the catalog", flush=True)
+                continue
+            args = {"context_handle": handles[scenario.project], **scenario.args}
+            url = f"{base}/mcp"
+            asyncio.run(drive(url, token, scenario.tool, args, concurrency=1, requests=options.warmup))
+            ticks = cpu_ticks(server.pid)
+            one = asyncio.run(drive(url, token, scenario.tool, args, concurrency=1, requests=options.requests))
+            cpu_ms = (cpu_ticks(server.pid) - ticks) / os.sysconf("SC_CLK_TCK") * 1000 / max(1, options.requests)
+            eight = asyncio.run(drive(url, token, scenario.tool, args, concurrency=8, requests=options.requests))
+            p50 = percentile(one.latencies_ms, 0.5)
+            row = {
+                "scenario": scenario.name,
+                "tool": scenario.tool,
+                "project": scenario.project,
+                "status": "ok" if not (one.errors or eight.errors) else "errors",
+                "p50_ms": round(p50, 2),
+                "p95_ms": round(percentile(one.latencies_ms, 0.95), 2),
+                "rps_c1": round(len(one.latencies_ms) / one.wall_s, 1),
+                "rps_c8": round(len(eight.latencies_ms) / eight.wall_s, 1),
+                "p99_c8_ms": round(percentile(eight.latencies_ms, 0.99), 2),
+                "cpu_ms_per_call": round(cpu_ms, 2),
+                "x_floor": round(p50 / floor_ms, 1),
+                "response_bytes": one.bytes_out,
+                "errors": {**one.errors, **{f"c8:{k}": v for k, v in eight.errors.items()}},
+            }
+            rows.append(row)
+            print(f"[bench] {json.dumps(row)}", flush=True)
+        cancel = asyncio.run(cancellation_latency(f"{base}/mcp", token, handles[DEMO], options.cancel_runs))
+        summary = {
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+            "psycopg_floor_p50_ms": round(floor_ms, 3),
+            "cancellation_ms": {"p50": round(percentile(cancel, 0.5), 1), "p95": round(percentile(cancel, 0.95), 1)},
+            "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
+            "scenarios": rows,
+        }
+        (OUT / "results.json").write_text(json.dumps(summary, indent=2))
+        print(markdown(summary))
+        failed = [r for r in rows if r.get("status") == "errors"]
+        return 1 if failed else 0
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=15)
+        provider.stop()
+
+
+def _tools(base: str, token: str) -> list[dict[str, Any]]:
+    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}
+    hdrs = {**headers(token, "x"), "mcp-method": "tools/list"}
+    hdrs.pop("mcp-name")
+    response = httpx2.post(f"{base}/mcp", json=body, headers=hdrs, timeout=30)
+    response.raise_for_status()
+    return list(reply_of(response.text)["result"]["tools"])
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        f"Measured {summary['date']} on {summary['machine']}; psycopg floor p50 {summary['psycopg_floor_p50_ms']} ms; "
+        f"cancellation p50 {summary['cancellation_ms']['p50']} ms, p95 {summary['cancellation_ms']['p95']} ms; "
+        f"peak RSS {summary['peak_rss_mb']} MB.",
+        "",
+        "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | × floor | bytes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["scenarios"]:
+        if "p50_ms" not in row:
+            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {row['scenario']} | {row['p50_ms']} | {row['p95_ms']} | {row['rps_c1']} | {row['rps_c8']} | "
+            f"{row['p99_c8_ms']} | {row['cpu_ms_per_call']} | {row['x_floor']} | {row['response_bytes']} |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
