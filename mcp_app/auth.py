@@ -6,7 +6,12 @@ scopes per endpoint, not per method — SDK_NOTES "Auth pieces").
 
 - No credentials → 401 with ``WWW-Authenticate: Bearer resource_metadata="…", scope="…"`` and *no*
   error code (RFC 6750 §3.1).
-- A token that fails verification → 401 ``error="invalid_token"``.
+- A token that fails verification → 401 ``error="invalid_token"``; that includes a credential that is
+  not a b64token or longer than ``contexts.tokens.MAX_TOKEN_CHARS``.
+- A malformed request — two ``Authorization`` headers, control characters in it — → 400
+  ``error="invalid_request"`` (RFC 6750 §3.1). The scheme is matched case-insensitively and the
+  ``1*SP`` between scheme and token may be several spaces (RFC 6750 §2.1, RFC 7235 §2.1); the token is
+  read from this header only, never from the URL (R-AUTH-2).
 - A valid token without the scope the JSON-RPC method needs → 403 ``error="insufficient_scope"`` naming
   the needed scope (RFC 6750 §3.1).
 - The issuer's keys unreachable → 503 with a retryable "authentication temporarily unavailable" body
@@ -21,7 +26,16 @@ from typing import Any
 from django.conf import settings
 
 from contexts.authentication import bearer_challenge
-from contexts.tokens import AuthUnavailable, TokenError, VerifiedToken, bearer_from_authorization, verify_token
+from contexts.tokens import (
+    AuthUnavailable,
+    MalformedRequest,
+    MissingToken,
+    TokenError,
+    VerifiedToken,
+    bearer_from_authorization,
+    cached_verification,
+    verify_token,
+)
 
 SCOPE_CATALOG = "mcp.catalog.read"
 SCOPE_QUERY = "mcp.query"
@@ -81,6 +95,15 @@ class AuthFailure(Exception):
         return json.dumps(self.body).encode()
 
 
+def authenticate_if_cached(authorization: str | None) -> VerifiedToken | None:
+    """The verified token of this header if its verification is cached, else None (then call
+    ``authenticate`` in a worker thread). Never blocks, never raises: safe on the event loop."""
+    try:
+        return cached_verification(bearer_from_authorization(authorization))
+    except TokenError:
+        return None
+
+
 def authenticate(authorization: str | None) -> VerifiedToken:
     """Verify the ``Authorization`` header value or raise ``AuthFailure`` with the right answer."""
     try:
@@ -95,12 +118,30 @@ def authenticate(authorization: str | None) -> VerifiedToken:
             },
             None,
         ) from None
-    except TokenError as exc:
-        code = exc.www_authenticate_error
-        body: dict[str, Any] = {"error": code or "unauthorized", "message": "A valid bearer token is required."}
-        description = "The access token is not valid." if code else None
+    except MalformedRequest:
         raise AuthFailure(
-            401, body, bearer_challenge(code, scope=DEFAULT_CHALLENGE_SCOPE, description=description)
+            400,
+            {
+                "error": "invalid_request",
+                "message": "Send one bearer token in one Authorization header.",
+            },
+            bearer_challenge(
+                "invalid_request", scope=DEFAULT_CHALLENGE_SCOPE, description="The Authorization header is malformed."
+            ),
+        ) from None
+    except MissingToken:
+        raise AuthFailure(
+            401,
+            {"error": "unauthorized", "message": "A valid bearer token is required."},
+            bearer_challenge(None, scope=DEFAULT_CHALLENGE_SCOPE),
+        ) from None
+    except TokenError:
+        raise AuthFailure(
+            401,
+            {"error": "invalid_token", "message": "A valid bearer token is required."},
+            bearer_challenge(
+                "invalid_token", scope=DEFAULT_CHALLENGE_SCOPE, description="The access token is not valid."
+            ),
         ) from None
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,13 +16,17 @@ import redis
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contexts.tokens import (
+    MAX_TOKEN_CHARS,
     AuthUnavailable,
     InvalidToken,
+    MalformedRequest,
     MissingToken,
     TokenValidator,
     ValidatorConfig,
     bearer_from_authorization,
 )
+from tests.conftest import ServerProcess
+from tests.interop.mcp_http import mcp_request
 
 AUDIENCE = "tjwater-mcp"
 CLIENT = "tjwater-agent-mcp"
@@ -35,11 +39,26 @@ class Issuer:
         self.keys: dict[str, Any] = {}
         self.published: list[str] = []
         self.jwks_fetches = 0
+        self.requests = 0  # every request, answered or not
         self.down = False
+        # While `hanging` is set, every request waits (unanswered) until `released` is set: an issuer
+        # that accepts connections and never answers. `waiting` counts requests held that way.
+        self.hanging = threading.Event()
+        self.released = threading.Event()
+        self.waiting = 0
+        self.delay_s = 0.0  # a slow issuer: every answer waits this long
         issuer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server API
+                issuer.requests += 1
+                if issuer.hanging.is_set():
+                    issuer.waiting += 1
+                    issuer.released.wait(30)
+                    issuer.waiting -= 1
+                    return  # the connection closes without an answer
+                if issuer.delay_s:
+                    time.sleep(issuer.delay_s)
                 if issuer.down:
                     self.send_response(503)
                     self.end_headers()
@@ -68,6 +87,19 @@ class Issuer:
         self.url = f"{self.base}/realm"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
+
+    def hang(self) -> None:
+        self.released.clear()
+        self.hanging.set()
+
+    def release(self) -> None:
+        self.hanging.clear()
+        self.released.set()
+
+    def close(self) -> None:
+        self.release()
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
     def add_key(self, kid: str, kind: str = "RSA", publish: bool = True) -> None:
         self.keys[kid] = (
@@ -107,8 +139,7 @@ class Issuer:
                 issuer=self.url,
                 audience=AUDIENCE,
                 allowed_clients=[CLIENT],
-                http_timeout_s=2.0,
-                **{"refetch_cooldown_s": 0.0, **config},
+                **{"refetch_cooldown_s": 0.0, "http_timeout_s": 2.0, **config},
             )
         )
 
@@ -118,8 +149,7 @@ def issuer() -> Iterator[Issuer]:
     server = Issuer()
     server.add_key("k1")
     yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    server.close()
 
 
 def test_valid_token_yields_claims(issuer: Issuer) -> None:
@@ -258,12 +288,53 @@ def test_malformed_tokens(issuer: Issuer) -> None:
 
 def test_bearer_from_authorization() -> None:
     assert bearer_from_authorization("Bearer abc.def.ghi") == "abc.def.ghi"
+    # RFC 7235 §2.1: the scheme is case-insensitive; RFC 6750 §2.1: "Bearer" 1*SP b64token.
     assert bearer_from_authorization("bearer abc") == "abc"
-    for missing in (None, "", "Basic dXNlcjpwdw=="):
+    assert bearer_from_authorization("BEARER abc") == "abc"
+    assert bearer_from_authorization("Bearer  abc") == "abc"
+    assert bearer_from_authorization("Bearer a-b_c~d+e/f.g==") == "a-b_c~d+e/f.g=="
+    for missing in (None, "", "   ", "Basic dXNlcjpwdw==", "Bearerabc"):
         with pytest.raises(MissingToken):
             bearer_from_authorization(missing)
+    for malformed_request in ("Bearer a,Bearer b", "Bearer a, b", "\x00duplicate", "Bearer\tabc", "Bearer abc\r\n"):
+        with pytest.raises(MalformedRequest):
+            bearer_from_authorization(malformed_request)
+    for malformed_token in (
+        "Bearer ",
+        "Bearer",
+        "Bearer a b",
+        "Bearer a=b",
+        "Bearer ==",
+        "Bearer ab\u00e9",
+        "Bearer " + "a" * 8193,
+    ):
+        with pytest.raises(InvalidToken) as raised:
+            bearer_from_authorization(malformed_token)
+        assert not isinstance(raised.value, MalformedRequest)
+    assert bearer_from_authorization("Bearer " + "a" * 8192) == "a" * 8192
+
+
+def test_scope_must_be_a_space_delimited_string(issuer: Issuer) -> None:
+    validator = issuer.validator()
     with pytest.raises(InvalidToken):
-        bearer_from_authorization("Bearer ")
+        validator.verify(issuer.token(scope=["mcp.query"]))
+    assert validator.verify(issuer.token(scope=None)).scopes == frozenset()  # no scope claim: no scopes
+
+
+def test_oversize_token_is_refused_before_parsing(issuer: Issuer) -> None:
+    validator = issuer.validator()
+    big = issuer.token(padding="x" * 9000)  # validly signed, but longer than MAX_TOKEN_CHARS
+    assert len(big) > MAX_TOKEN_CHARS
+    with pytest.raises(InvalidToken, match="too large"):
+        validator.verify(big)
+    assert issuer.jwks_fetches == 0  # refused before looking at its header or keys
+
+
+def shared_validator(issuer: Issuer, **config: Any) -> TokenValidator:
+    """A validator that shares its JWKS through the test Redis, signed with the test SECRET_KEY."""
+    from django.conf import settings
+
+    return issuer.validator(shared_cache_url=settings.REDIS_URL, shared_cache_secret=settings.SECRET_KEY, **config)
 
 
 def test_shared_jwks_copy_serves_other_processes_until_it_expires(issuer: Issuer) -> None:
@@ -271,16 +342,16 @@ def test_shared_jwks_copy_serves_other_processes_until_it_expires(issuer: Issuer
 
     client = redis.Redis.from_url(settings.REDIS_URL)
     try:
-        first = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        first = shared_validator(issuer, cache_s=1.0)
         first.verify(issuer.token())
         assert issuer.jwks_fetches == 1
         # Another process (a validator with an empty memory) takes the fresh shared copy...
-        second = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        second = shared_validator(issuer, cache_s=1.0)
         assert second.verify(issuer.token()).subject == "alice"
         assert issuer.jwks_fetches == 1
         # ...but not a stale one: after the cache lifetime it goes to the issuer again.
         time.sleep(1.1)
-        third = issuer.validator(shared_cache_url=settings.REDIS_URL, cache_s=1.0)
+        third = shared_validator(issuer, cache_s=1.0)
         third.verify(issuer.token())
         assert issuer.jwks_fetches == 2
     finally:
@@ -289,8 +360,129 @@ def test_shared_jwks_copy_serves_other_processes_until_it_expires(issuer: Issuer
 
 
 def test_shared_cache_down_falls_back_to_the_issuer(issuer: Issuer) -> None:
+    from django.conf import settings
+
     from tests.conftest import free_port
 
-    validator = issuer.validator(shared_cache_url=f"redis://127.0.0.1:{free_port()}/0")
+    validator = issuer.validator(
+        shared_cache_url=f"redis://127.0.0.1:{free_port()}/0", shared_cache_secret=settings.SECRET_KEY
+    )
     assert validator.verify(issuer.token()).subject == "alice"
     assert issuer.jwks_fetches == 1
+
+
+# --- issue 9 item 5: the shared cache is authenticated, and never says where the keys live -----------
+
+
+class Planter:
+    """An attacker with write access to Redis: their own RSA key and a JWKS server of their own (which
+    must never be asked)."""
+
+    def __init__(self) -> None:
+        self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self.evil = Issuer()  # only its request counter matters
+        self.jwk = {**jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key(), as_dict=True), "kid": "evil"}
+
+    def token(self, issuer: Issuer) -> str:
+        now = int(time.time())
+        claims = {
+            "iss": issuer.url,
+            "sub": "mallory",
+            "aud": [AUDIENCE],
+            "azp": CLIENT,
+            "scope": "mcp.catalog.read mcp.query",
+            "iat": now,
+            "nbf": now,
+            "exp": now + 300,
+        }
+        return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "evil"})
+
+    def old_format_entry(self) -> str:
+        """The entry format before issue 9: unauthenticated, with a jwks_uri that was adopted."""
+        return json.dumps(
+            {"jwks": {"keys": [self.jwk]}, "jwks_uri": f"{self.evil.base}/realm/certs", "fetched_at": time.time()}
+        )
+
+    def forged_entry(self, issuer: Issuer) -> str:
+        """The signed format with a signature made without the secret key."""
+        return json.dumps(
+            {"issuer": issuer.url, "fetched_at": time.time(), "jwks": {"keys": [self.jwk]}, "signature": "x" * 43}
+        )
+
+    def close(self) -> None:
+        self.evil.close()
+
+
+@pytest.fixture
+def planter() -> Iterator[Planter]:
+    attacker = Planter()
+    yield attacker
+    attacker.close()
+
+
+@pytest.mark.parametrize("variant", ["old-format", "forged-signature"])
+def test_planted_shared_entry_is_ignored(
+    issuer: Issuer, planter: Planter, test_redis: redis.Redis, variant: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    validator = shared_validator(issuer, refetch_cooldown_s=60.0)
+    entry = planter.old_format_entry() if variant == "old-format" else planter.forged_entry(issuer)
+    test_redis.set(validator.shared_cache_key, entry)
+    with caplog.at_level("WARNING", logger="contexts.tokens"), pytest.raises(InvalidToken):
+        validator.verify(planter.token(issuer))
+    assert validator.cached_kids() == ("k1",)  # the issuer's own keys, fetched over HTTP
+    assert issuer.jwks_fetches == 1
+    assert planter.evil.requests == 0  # the planted jwks_uri was never used
+    assert validator.verify(issuer.token()).subject == "alice"
+    assert "shared JWKS cache entry ignored" in caplog.text
+    assert planter.jwk["n"][:16] not in caplog.text  # the entry's content is not logged
+
+
+def test_entry_signed_for_another_issuer_is_not_replayed(issuer: Issuer, test_redis: redis.Redis) -> None:
+    other = Issuer()
+    try:
+        other.add_key("k1")  # same kid, another key
+        shared_validator(other).verify(other.token())  # writes a correctly signed entry for `other`
+        replayed = test_redis.get(shared_validator(other).shared_cache_key)
+        assert replayed is not None
+        validator = shared_validator(issuer, refetch_cooldown_s=60.0)
+        test_redis.set(validator.shared_cache_key, replayed)
+        with pytest.raises(InvalidToken):
+            validator.verify(other.token(iss=issuer.url))  # signed by `other`'s k1, claiming our issuer
+        assert issuer.jwks_fetches == 1
+    finally:
+        other.close()
+
+
+def test_signed_entry_of_our_issuer_is_taken_without_a_fetch(issuer: Issuer, test_redis: redis.Redis) -> None:
+    shared_validator(issuer).verify(issuer.token())
+    entry = json.loads(test_redis.get(shared_validator(issuer).shared_cache_key) or b"{}")
+    assert set(entry) == {"issuer", "fetched_at", "jwks", "signature"}  # no jwks_uri
+    assert shared_validator(issuer).verify(issuer.token()).subject == "alice"
+    assert issuer.jwks_fetches == 1
+    # A changed byte anywhere in the signed content voids it: here, one more key.
+    entry["jwks"]["keys"].append(Planter().jwk)
+    test_redis.set(shared_validator(issuer).shared_cache_key, json.dumps(entry))
+    assert shared_validator(issuer).verify(issuer.token()).subject == "alice"
+    assert issuer.jwks_fetches == 2
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("variant", ["old-format", "forged-signature"])
+def test_server_ignores_a_jwk_planted_in_redis_before_it_starts(
+    start_server: Callable[..., ServerProcess], issuer: Issuer, planter: Planter, test_redis: redis.Redis, variant: str
+) -> None:
+    """Issue 9 item 5 as reproduced: a JWK planted under the shared key before the server starts made it
+    accept a token signed by the planter's own key (tools/list → 200)."""
+    from django.conf import settings
+
+    key = shared_validator(issuer).shared_cache_key
+    test_redis.set(key, planter.old_format_entry() if variant == "old-format" else planter.forged_entry(issuer))
+    server = start_server(TJWATER_OIDC_ISSUER=issuer.url, TJWATER_DEV_ISSUER="0", REDIS_URL=settings.REDIS_URL)
+
+    forged = mcp_request(f"{server.url}/mcp", planter.token(issuer), "tools/list")
+    assert forged.status == 401, forged.message
+    assert 'error="invalid_token"' in forged.headers["www-authenticate"]
+    assert mcp_request(f"{server.url}/mcp", issuer.token(), "tools/list").status == 200
+    assert planter.evil.requests == 0
+    assert "shared JWKS cache entry ignored" in server.log()
+    assert planter.jwk["n"][:16] not in server.log()

@@ -157,8 +157,16 @@ def test_key_rotation_needs_no_restart_and_a_provider_outage_is_a_retryable_503(
     idp = provider_factory()
     # A zero refetch cooldown lets the validator refetch the JWKS on every unknown kid (the default 30 s
     # would make this test wait; the cooldown itself is the validator's own test), and a one-second key
-    # cache makes the server fetch the keys again while the provider is down.
-    server = start_server(**idp_env(idp, TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S="0", TJWATER_OIDC_JWKS_CACHE_S="1"))
+    # cache without a grace period (tests/contexts/test_jwks_outage.py covers the grace) makes the server
+    # fetch the keys again while the provider is down.
+    server = start_server(
+        **idp_env(
+            idp,
+            TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S="0",
+            TJWATER_OIDC_JWKS_CACHE_S="1",
+            TJWATER_OIDC_JWKS_GRACE_S="0",
+        )
+    )
     mcp = f"{server.url}/mcp"
     old = idp.client_credentials_token()
     assert mcp_request(mcp, old, "tools/list").status == 200
