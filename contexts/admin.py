@@ -1,11 +1,13 @@
 """Django admin for the contexts app (SPEC R-CTX-5).
 
-Projects, principals and memberships are managed here; tasks, runs, execution requests and report
-revisions are browsed read-only (they are written by the host's workflow, and report revisions are
-immutable in the database). Query contexts are listed and filtered by project, principal, purpose and
-state; the handle is never shown (only a short prefix of its hash), and the only change an operator
-can make is the "Revoke" action, which asks for a reason and records the acting operator through
-``contexts.services.context_revoke``.
+Every model is browse-only here, for everyone (superusers and the operator group alike): projects,
+principals and memberships change only through the audited onboarding services (SPEC §10 "Admin never
+edits these rows directly" — an admin edit could rewrite a principal's issuer/subject and inherit its
+memberships with no audit row); tasks, runs, execution requests and report revisions are written by the
+host's workflow (report revisions are immutable in the database). Query contexts are listed and
+filtered by project, principal, purpose and state; the handle is never shown (only a short prefix of its
+hash), and the only change an operator can make is the "Revoke" action, which asks for a reason and
+records the acting operator through ``contexts.services.context_revoke``.
 """
 
 from __future__ import annotations
@@ -48,26 +50,24 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(Project)
-class ProjectAdmin(admin.ModelAdmin):
+class ProjectAdmin(ReadOnlyAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
-    prepopulated_fields = {"slug": ["name"]}
 
 
 @admin.register(Principal)
-class PrincipalAdmin(admin.ModelAdmin):
+class PrincipalAdmin(ReadOnlyAdmin):
     list_display = ["subject", "display_name", "issuer", "is_service", "created_at"]
     list_filter = ["is_service", "issuer"]
     search_fields = ["subject", "display_name"]
 
 
 @admin.register(Membership)
-class MembershipAdmin(admin.ModelAdmin):
+class MembershipAdmin(ReadOnlyAdmin):
     list_display = ["principal", "project", "permissions", "revoked_at"]
     list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["principal__subject", "principal__display_name", "project__slug"]
     list_select_related = ["principal", "project"]
-    autocomplete_fields = ["principal", "project"]
 
 
 @admin.register(Task)

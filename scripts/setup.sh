@@ -83,15 +83,15 @@ if [[ -f devtools/package.json ]]; then
     || die "devtools/node_modules/.bin/node is not Node 22 (rm -rf devtools/node_modules and rerun)"
 fi
 
-# --- Local demo configuration --------------------------------------------------------------------
-if [[ ! -f .env ]]; then
-  say "writing .env for a local demo run (DEBUG, MCP endpoint and dev issuer on; see .env.example)"
-  cat > .env <<'ENV'
-# Local demo configuration written by scripts/setup.sh. Not for production: see .env.example.
-DEBUG=1
-TJWATER_MCP_ENABLED=1
-TJWATER_DEV_ISSUER=1
-ENV
+# --- Local configuration --------------------------------------------------------------------------
+# Setup never writes a .env: settings read one only if the operator created it, and the demo
+# configuration (DEBUG, MCP endpoint, dev issuer) is passed by scripts/run.sh in its own environment.
+# Earlier versions of this script wrote a demo .env into the checkout; remove it if it is exactly that
+# file (an operator's own .env is never touched), so a deployment from this tree cannot pick it up.
+LEGACY_DEMO_ENV=$'# Local demo configuration written by scripts/setup.sh. Not for production: see .env.example.\nDEBUG=1\nTJWATER_MCP_ENABLED=1\nTJWATER_DEV_ISSUER=1'
+if [[ -f .env && $(cat .env) == "$LEGACY_DEMO_ENV" ]]; then
+  say "removing the demo .env an earlier setup wrote (make run passes the demo configuration itself)"
+  rm -f .env
 fi
 
 # --- Database ------------------------------------------------------------------------------------

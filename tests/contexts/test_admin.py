@@ -118,3 +118,58 @@ def test_every_contexts_model_is_browsable(world: World, model: str) -> None:
     client = Client()
     client.force_login(admin_user)
     assert client.get(reverse(f"admin:contexts_{model}_changelist")).status_code == 200
+
+
+def _admin_user(kind: str) -> Client:
+    """A signed-in operator (staff in the operator group the OIDC backend assigns) or a superuser."""
+    from tjwater.oidc import operator_group
+
+    if kind == "superuser":
+        user = get_user_model().objects.create_superuser("root-ro", password="pw-not-used")
+    else:
+        user = get_user_model().objects.create_user("operator-ro", password="pw-not-used", is_staff=True)
+        user.groups.add(operator_group())
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+READ_ONLY_FORMS = {
+    "project": lambda w: (w.alpha, {"slug": "renamed", "name": "Renamed"}),
+    "principal": lambda w: (w.alice, {"issuer": w.bob.issuer, "subject": "hijacked", "display_name": "x"}),
+    "membership": lambda w: (
+        w.alice_alpha,
+        {"principal": w.carol.pk, "project": w.beta.pk, "permissions": "network.view"},
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", ["operator", "superuser"])
+@pytest.mark.parametrize("model", ["project", "principal", "membership"])
+def test_projects_principals_and_memberships_cannot_be_changed_in_admin(world: World, kind: str, model: str) -> None:
+    client = _admin_user(kind)
+    obj, data = READ_ONLY_FORMS[model](world)
+    before = {field: getattr(obj, field) for field in ("pk", *(k for k in data if k not in ("principal", "project")))}
+    change_url = reverse(f"admin:contexts_{model}_change", args=[obj.pk])
+    add_url = reverse(f"admin:contexts_{model}_add")
+
+    changelist = client.get(reverse(f"admin:contexts_{model}_changelist"))
+    assert changelist.status_code == 200
+    assert add_url not in changelist.content.decode()
+    view = client.get(change_url)
+    assert view.status_code == 200  # browsable, without a save button
+    assert b'name="_save"' not in view.content
+    assert client.get(add_url).status_code == 403
+    assert client.post(add_url, data).status_code == 403
+    assert client.post(change_url, data).status_code == 403
+    assert client.post(reverse(f"admin:contexts_{model}_delete", args=[obj.pk]), {"post": "yes"}).status_code == 403
+    bulk = client.post(
+        reverse(f"admin:contexts_{model}_changelist"),
+        {"action": "delete_selected", "_selected_action": [obj.pk], "post": "yes"},
+    )
+    assert bulk.status_code in (200, 302)
+
+    obj.refresh_from_db()
+    assert {field: getattr(obj, field) for field in before} == before
+    if model == "membership":
+        assert (obj.principal_id, obj.project_id) == (world.alice.pk, world.alpha.pk)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx2
+import pytest
+from django.test import override_settings
 
-from tests.conftest import ServerProcess
+from contexts import dev_issuer
+from tests.conftest import ServerProcess, subprocess_database_url
+from tests.mcp_app.conftest import rpc_body, rpc_headers
+from tests.tjwater.servers import LoggingServer, launch, server_env
 
 
 def test_mcp_is_503_when_disabled(start_server: Callable[..., ServerProcess]) -> None:
@@ -28,3 +34,47 @@ def test_lifespan_completes_and_shutdown_is_clean(start_server: Callable[..., Se
     # uvicorn re-raises the SIGTERM it handled after a graceful shutdown.
     assert server.process.returncode in (0, -15)
     assert "Traceback" not in log
+
+
+@pytest.fixture
+def mcp_servers(django_db_setup: None, tmp_path: Path) -> Iterator[Callable[..., LoggingServer]]:
+    """uvicorn processes with /mcp on, against the test database (tests/tjwater/servers.py: a start-up
+    deadline that tolerates a loaded machine)."""
+    started: list[LoggingServer] = []
+
+    def start(**env: str) -> LoggingServer:
+        server = launch("uvicorn", server_env(DATABASE_URL=subprocess_database_url(), **env), tmp_path)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def _tools_list(server: LoggingServer, **headers: str) -> httpx2.Response:
+    with override_settings(DEBUG=True):  # the dev issuer mints only in development, like the server
+        bearer = dev_issuer.mint_token(
+            subject="asgi-host-check", client_id="tjwater-agent-mcp", scopes=["mcp.catalog.read"], ttl_s=600
+        )
+    headers = rpc_headers("tools/list", bearer, **headers)
+    return httpx2.post(f"{server.url}/mcp", json=rpc_body("tools/list"), headers=headers, timeout=10)
+
+
+def test_allowed_hosts_wildcards_reach_mcp_like_django(mcp_servers: Callable[..., LoggingServer]) -> None:
+    # `.example.test` means the domain and all its subdomains (Django's ALLOWED_HOSTS), on any port.
+    server = mcp_servers(ALLOWED_HOSTS=".example.test,127.0.0.1")
+    for host in ("mcp.example.test", "a.b.example.test:8443", "example.test", f"127.0.0.1:{server.port}"):
+        response = _tools_list(server, host=host)
+        assert response.status_code == 200, (host, response.status_code, response.text)
+    for host in ("evil.test", "example.test.evil.test", "notexample.test", "localhost", "[::1]"):
+        assert _tools_list(server, host=host).status_code == 421, host
+    # Django itself agrees on the same names.
+    assert httpx2.get(f"{server.url}/healthz", headers={"host": "mcp.example.test"}, timeout=10).status_code != 400
+    assert httpx2.get(f"{server.url}/healthz", headers={"host": "evil.test"}, timeout=10).status_code == 400
+
+
+def test_a_star_allowed_host_keeps_the_origin_check(mcp_servers: Callable[..., LoggingServer]) -> None:
+    server = mcp_servers(ALLOWED_HOSTS="*")
+    assert _tools_list(server, host="anything.example").status_code == 200
+    assert _tools_list(server, host="anything.example", origin="http://evil.example").status_code == 403

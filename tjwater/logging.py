@@ -1,0 +1,98 @@
+"""Log hygiene: context handles never reach a log (SPEC R-CTX-5, §10).
+
+The one place a handle appears outside a request body is the path of
+``DELETE /api/v1/mcp-query-contexts/{context_handle}``. Every component that logs request paths
+would print it: uvicorn's access log (the path is in ``record.args``), ``django.request``
+("Not Found: …", "Internal Server Error: …"), ``django.server`` (``manage.py runserver``), a
+traceback. ``RedactHandlePaths`` rewrites ``mcp-query-contexts/<anything>`` to
+``mcp-query-contexts/[redacted]`` in a record's message, arguments, traceback and stack text.
+
+It is installed by ``LOGGING_CONFIG = "tjwater.logging.configure"`` (Django runs it at
+``django.setup()``) in two ways, so it holds however the server is started:
+
+- on the *loggers* that log paths themselves (``django.request``, ``django.server``,
+  ``uvicorn.access``, ``uvicorn.error``, ``django``, ``uvicorn``): a logger filter rewrites the record
+  before any handler sees it, and ``logging.config.dictConfig`` keeps logger filters when it is run
+  again later (only handlers are replaced) — so a server that configures logging after Django (uvicorn
+  with ``--log-config``, gunicorn) is still covered;
+- on *every handler* that exists when Django sets up (uvicorn configures its handlers before it imports
+  the application; ``--access-log`` or not), and on the project's own console handler through
+  ``LOGGING["filters"]``, so records of any other logger that carry a path are rewritten too.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.config
+import re
+from collections.abc import Mapping
+from typing import Any
+
+HANDLE_PATH = re.compile(r"(mcp-query-contexts)(?:/|%2f)+[^\s\"'<>]*", re.IGNORECASE)
+REDACTED = r"\1/[redacted]"
+
+# Loggers that write request paths on their own records.
+PATH_LOGGERS = ("django", "django.request", "django.server", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def redact(text: str) -> str:
+    """``text`` with every context-API path's handle part replaced."""
+    if "query-contexts" not in text.lower():
+        return text
+    return HANDLE_PATH.sub(REDACTED, text)
+
+
+def _redact_arg(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, int | float | bytes):
+        return value  # numbers keep their type: formats like %d need it
+    text = str(value)
+    redacted = redact(text)
+    return value if redacted == text else redacted
+
+
+class RedactHandlePaths(logging.Filter):
+    """Rewrite context-API paths in a record; never drops a record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_tjwater_redacted", False):
+            return True
+        record.msg = _redact_arg(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(_redact_arg(arg) for arg in record.args)
+        elif isinstance(record.args, Mapping):
+            record.args = {key: _redact_arg(value) for key, value in record.args.items()}
+        if record.exc_info and not record.exc_text:
+            # Formatter.format uses exc_text when it is set: format the traceback once, redacted.
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        record._tjwater_redacted = True
+        return True
+
+
+def _has_redaction(filterer: logging.Filterer) -> bool:
+    return any(isinstance(f, RedactHandlePaths) for f in filterer.filters)
+
+
+def install() -> None:
+    """Attach the filter to the path loggers and to every handler that exists now."""
+    redaction = RedactHandlePaths()
+    loggers: list[logging.Logger] = [logging.getLogger()]
+    loggers += [logging.getLogger(name) for name in PATH_LOGGERS]
+    loggers += [item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger)]
+    for logger in loggers:
+        if logger.name in PATH_LOGGERS and not _has_redaction(logger):
+            logger.addFilter(redaction)
+        for handler in logger.handlers:
+            if not _has_redaction(handler):
+                handler.addFilter(redaction)
+
+
+def configure(config: dict[str, Any]) -> None:
+    """Django's ``LOGGING_CONFIG``: apply ``LOGGING``, then install the redaction everywhere."""
+    logging.config.dictConfig(config)
+    install()
