@@ -1,0 +1,498 @@
+"""Evidence saving of task-purpose calls, exactly once (SPEC §8, R-EVID-1..3).
+
+The flow of one call in a ``task_execution`` or ``task_reader`` context, for a tool whose declaration
+allows evidence (``ToolSpec.evidence_allowed``):
+
+1. ``prepare`` — the application request key ``_meta["cn.tjwater/requestKey"]`` is required
+   (``RequestKeyRequired``, answered -32602 by the MCP edge); the parameters are canonicalized (RFC 8785,
+   without ``context_handle``) and hashed.
+2. ``claim`` (short, autocommit) — the run is still current and its lease valid
+   (``contexts.services.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
+   receipt. The unique key (principal, project, session, task, run, request key) decides the one owner.
+   A duplicate finds the existing receipt: other tool/parameters → ``RequestKeyReused``; ``complete`` →
+   the saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over
+   by one ``UPDATE … WHERE state = …`` (one winner), ``pending`` → wait and look again.
+3. the query runs — the caller's ``execute`` — with no lock held by this module.
+4. ``complete`` (ONE short transaction) — the run row is read ``FOR SHARE`` and re-checked, the snapshot
+   inserted, the receipt marked ``complete`` (only by the claim's own attempt), commit. Only then is the
+   result returned, with ``evidence_id`` and ``evidence_uri``. A superseded run → nothing written,
+   ``RunSuperseded``; a commit failure → ``EvidenceNotSaved``. Either way the receipt becomes ``failed``.
+5. a query error or a cancellation before step 4 → ``abandon``: the receipt becomes ``failed``, nothing
+   is saved, and a retry with the same key may proceed.
+
+``ordinary_chat`` calls, and tools that do not save evidence, just run ``execute``. Nothing a client
+sends can make a result evidence: snapshots are written only here, from what ``execute`` returned.
+
+Entry points: ``run_with_evidence`` (async: the DB steps in worker threads) and
+``run_with_evidence_sync`` (REST, Celery, tests, or inside an MCP worker thread), built on the step
+functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver may also call itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+import anyio
+import rfc8785
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from contexts.errors import (
+    EvidenceNotSaved,
+    InvalidParameter,
+    RequestInProgress,
+    RequestKeyRequired,
+    RequestKeyReused,
+    RunNotCurrent,
+)
+from contexts.models import TASK_PURPOSES
+from contexts.scope import QueryScope
+from contexts.services import require_run_current
+from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+REQUEST_KEY_META = RequestKeyRequired.meta_key  # "cn.tjwater/requestKey" (SPEC §12)
+MAX_REQUEST_KEY_CHARS = 200
+# A pending receipt older than the query budget plus this is left over by a crashed process (the query
+# itself cannot run longer than the budget: PostgreSQL enforces it), and may be failed and taken over.
+STALE_GRACE_S = 5.0
+POLL_FIRST_S = 0.01
+POLL_MAX_S = 0.2
+# Keys the server adds to a returned result; never part of the saved document.
+ADDED_KEYS = ("evidence_id", "evidence_uri")
+
+
+class EvidenceCallCancelled(Exception):
+    """The call was cancelled after its query finished but before its evidence was saved: nothing was
+    saved (R-PROTO-6), the receipt was released."""
+
+
+def evidence_uri(evidence_id: object) -> str:
+    """The resource URI of a snapshot (R-EVID-4): names the evidence, never a handle or token."""
+    return f"{EVIDENCE_URI_PREFIX}{evidence_id}"
+
+
+def canonical_json(value: object) -> bytes:
+    """RFC 8785 (JCS) canonical form. A value outside the I-JSON domain (an integer beyond 2^53, NaN)
+    cannot be canonicalized: for parameters that is the caller's error."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        raise InvalidParameter("A value cannot be represented canonically (RFC 8785).") from None
+
+
+def canonical_params(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The call's parameters as saved and hashed: everything but the ``context_handle`` (a secret, and
+    not a parameter of the query)."""
+    return {k: v for k, v in arguments.items() if k != "context_handle"}
+
+
+def request_key_from(meta: Mapping[str, Any] | None) -> str:
+    key = (meta or {}).get(REQUEST_KEY_META)
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_REQUEST_KEY_CHARS or "\x00" in key:
+        raise RequestKeyRequired()
+    return key
+
+
+@dataclass(frozen=True)
+class _ToolFacts:
+    evidence_allowed: bool
+    source: str
+
+
+_TOOL_FACTS: dict[str, _ToolFacts] = {}
+
+
+def _tool_facts(tool: str) -> _ToolFacts:
+    """What the registry declares about ``tool`` for evidence, read once per process (assembling the
+    registry costs milliseconds; the declarations are code). ``queries`` never imports ``evidence``."""
+    facts = _TOOL_FACTS.get(tool)
+    if facts is None:
+        from queries.registry import all_tools
+
+        _TOOL_FACTS.update({t.name: _ToolFacts(t.evidence_allowed, t.source) for t in all_tools()})
+        facts = _TOOL_FACTS.get(tool)
+        if facts is None:  # the edge found it in the catalog: a programming error
+            raise ValueError(f"unknown tool {tool!r}")
+    return facts
+
+
+def saves_evidence(scope: QueryScope, tool: str) -> bool:
+    """R-EVID-1: results of task-purpose calls are evidence, for tools whose declaration allows it."""
+    return scope.purpose in TASK_PURPOSES and _tool_facts(tool).evidence_allowed
+
+
+@dataclass
+class EvidenceCall:
+    """One task-purpose call on its way through the steps."""
+
+    scope: QueryScope
+    tool: str
+    source: str
+    params: dict[str, Any]
+    params_hash: str
+    request_key: str
+    receipt_id: int | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What ``claim`` decided: ``run`` the query (this call owns the receipt), ``done`` (an identical
+    earlier call's saved result), or ``wait`` (an identical call is running)."""
+
+    kind: Literal["run", "done", "wait"]
+    result: dict[str, Any] | None = None
+
+
+def prepare(
+    *, scope: QueryScope, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+) -> EvidenceCall:
+    """Step 1 (no database): the request key and the canonical parameters of a task-purpose call."""
+    if scope.task_id is None or scope.run_id is None or scope.context_id is None:
+        raise RunNotCurrent()
+    key = request_key_from(meta)
+    params = canonical_params(arguments)
+    return EvidenceCall(
+        scope=scope,
+        tool=tool,
+        source=_tool_facts(tool).source,
+        params=params,
+        params_hash=hashlib.sha256(canonical_json(params)).hexdigest(),
+        request_key=key,
+    )
+
+
+def _stale_cutoff(now: datetime) -> datetime:
+    return now - timedelta(seconds=settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S)
+
+
+_CLAIM_SQL = f"""
+INSERT INTO {QueryReceipt._meta.db_table}
+    (principal_id, project_id, session_id, task_id, run_id, request_key, tool, params_hash, state, attempt,
+     created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'pending', 1, now(), now())
+ON CONFLICT ON CONSTRAINT receipt_key_uniq DO NOTHING
+RETURNING id, attempt
+"""
+
+_RETAKE_SQL = f"""
+UPDATE {QueryReceipt._meta.db_table}
+SET state = 'pending', attempt = attempt + 1, updated_at = now()
+WHERE id = %s AND (state = 'failed' OR (state = 'pending' AND updated_at < %s))
+RETURNING attempt
+"""
+
+
+# The snapshot and the receipt's completion in one statement (one round trip inside the transaction).
+# The UPDATE matches only this claim's attempt of a still pending receipt; no row back → the claim was
+# lost (the INSERT is then rolled back with the transaction).
+_SAVE_SQL = f"""
+WITH snapshot AS (
+    INSERT INTO {EvidenceSnapshot._meta.db_table}
+        (id, project_id, task_id, run_id, tool, source, params, data, byte_size, sha256, origin, created_at)
+    VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, 'system', now())
+    RETURNING id
+)
+UPDATE {QueryReceipt._meta.db_table} AS r
+SET state = 'complete', snapshot_id = snapshot.id, updated_at = now()
+FROM snapshot
+WHERE r.id = %s AND r.attempt = %s AND r.state = 'pending'
+RETURNING r.id
+"""
+
+
+def claim(call: EvidenceCall) -> Claim:
+    """Step 2 (autocommit, a few milliseconds): check the run, then take the receipt or find out who has
+    it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
+    scope = call.scope
+    require_run_current(context_id=scope.context_id)  # type: ignore[arg-type]  # checked in prepare
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_SQL,
+            [
+                scope.principal_id,
+                scope.project_id,
+                scope.session_id,
+                scope.task_id,
+                scope.run_id,
+                call.request_key,
+                call.tool,
+                call.params_hash,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is not None:
+        call.receipt_id, call.attempt = row
+        return Claim("run")
+    existing = (
+        QueryReceipt.objects.filter(
+            principal_id=scope.principal_id,
+            project_id=scope.project_id,
+            session_id=scope.session_id,
+            task_id=scope.task_id,
+            run_id=scope.run_id,
+            request_key=call.request_key,
+        )
+        .values("id", "tool", "params_hash", "state", "snapshot_id")
+        .first()
+    )
+    if existing is None:  # deleted in between (its run or task was removed): try again
+        return Claim("wait")
+    if existing["tool"] != call.tool or existing["params_hash"] != call.params_hash:
+        raise RequestKeyReused()
+    if existing["state"] == QueryReceipt.State.COMPLETE:
+        snapshot = EvidenceSnapshot.objects.filter(pk=existing["snapshot_id"]).values("id", "data").first()
+        if snapshot is None:
+            return Claim("wait")
+        return Claim("done", _with_evidence_id(snapshot["data"], snapshot["id"]))
+    with connection.cursor() as cursor:
+        cursor.execute(_RETAKE_SQL, [existing["id"], _stale_cutoff(timezone.now())])
+        row = cursor.fetchone()
+    if row is None:
+        return Claim("wait")
+    call.receipt_id, call.attempt = existing["id"], row[0]
+    return Claim("run")
+
+
+def _with_evidence_id(data: dict[str, Any], evidence_id: object) -> dict[str, Any]:
+    return {**data, "evidence_id": str(evidence_id), "evidence_uri": evidence_uri(evidence_id)}
+
+
+def _release(call: EvidenceCall) -> None:
+    """Mark this call's receipt failed, if it still holds it (idempotent)."""
+    if call.receipt_id is None:
+        return
+    QueryReceipt.objects.filter(pk=call.receipt_id, attempt=call.attempt, state=QueryReceipt.State.PENDING).update(
+        state=QueryReceipt.State.FAILED, updated_at=timezone.now()
+    )
+
+
+def abandon(call: EvidenceCall) -> None:
+    """Step 5: the query failed or the call was cancelled — nothing is saved, the receipt becomes
+    ``failed`` so that a retry with the same key can proceed."""
+    _release(call)
+
+
+def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any]:
+    """Step 4: in ONE short transaction, confirm the run (row read ``FOR SHARE``: a supersession waits
+    for this commit), insert the snapshot and complete the receipt; return the result with
+    ``evidence_id`` and ``evidence_uri`` only after the commit succeeded. Must be called outside any
+    transaction of the caller (its commit is the point of no return)."""
+    if connection.in_atomic_block:
+        raise RuntimeError("evidence must be saved in its own transaction, not inside the caller's")
+    data = {k: v for k, v in structured.items() if k not in ADDED_KEYS}
+    body = canonical_json(data)  # before the transaction: no lock is held while hashing
+    params_json = canonical_json(call.params).decode()
+    snapshot_id = uuid.uuid4()
+    scope = call.scope
+    try:
+        with transaction.atomic():
+            require_run_current(context_id=scope.context_id, lock=True)  # type: ignore[arg-type]
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _SAVE_SQL,
+                    [
+                        snapshot_id,
+                        scope.project_id,
+                        scope.task_id,
+                        scope.run_id,
+                        call.tool,
+                        call.source,
+                        params_json,
+                        body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
+                        len(body),
+                        hashlib.sha256(body).hexdigest(),
+                        call.receipt_id,
+                        call.attempt,
+                    ],
+                )
+                saved = cursor.fetchone()
+            if saved is None:
+                # The receipt was failed as stale and maybe taken over meanwhile: this attempt lost it.
+                raise _ReceiptLost
+    except RunNotCurrent:
+        _release_quietly(call)
+        raise
+    except _ReceiptLost:
+        _release_quietly(call)
+        raise EvidenceNotSaved() from None
+    except DatabaseError as exc:
+        logger.error(
+            "evidence not saved tool=%s project=%s run=%s error_class=%s",
+            call.tool,
+            scope.project_id,
+            scope.run_id,
+            type(exc).__name__,
+        )
+        _release_quietly(call)
+        raise EvidenceNotSaved() from None
+    logger.info(
+        "evidence saved id=%s tool=%s project=%s task=%s run=%s bytes=%d",
+        snapshot_id,
+        call.tool,
+        scope.project_id,
+        scope.task_id,
+        scope.run_id,
+        len(body),
+    )
+    return _with_evidence_id(data, snapshot_id)
+
+
+class _ReceiptLost(Exception):
+    pass
+
+
+def _release_quietly(call: EvidenceCall) -> None:
+    """Release after a failed save; the database may be what failed, so a failure here is logged and
+    left to ``receipts_fail_stale``."""
+    try:
+        _release(call)
+    except DatabaseError as exc:
+        logger.warning("evidence receipt not released receipt=%s error_class=%s", call.receipt_id, type(exc).__name__)
+
+
+def _wait_budget_s() -> float:
+    return settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S
+
+
+# --- sync ------------------------------------------------------------------------------------------
+
+
+def run_with_evidence_sync(
+    *,
+    scope: QueryScope,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any] | None,
+    execute: Callable[[], dict[str, Any]],
+    is_cancelled: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """The whole flow on this thread's database connection (see the module docstring). ``execute`` runs
+    the query and returns the structured result; it is called at most once, and not at all when an
+    identical earlier call's evidence answers this one. ``is_cancelled`` (optional) is asked after the
+    query: a cancelled call saves nothing and raises ``EvidenceCallCancelled``. Must not run inside a
+    transaction of the caller."""
+    if not saves_evidence(scope, tool):
+        return execute()
+    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta)
+    deadline = time.monotonic() + _wait_budget_s()
+    delay = POLL_FIRST_S
+    while True:
+        outcome = claim(call)
+        if outcome.kind == "done":
+            return outcome.result  # type: ignore[return-value]  # "done" carries the result
+        if outcome.kind == "run":
+            break
+        if time.monotonic() > deadline:
+            raise RequestInProgress()
+        if not connection.in_atomic_block:
+            connection.close()  # back to the pool while waiting: the owner needs connections too
+        time.sleep(delay)
+        delay = min(delay * 2, POLL_MAX_S)
+    try:
+        structured = execute()
+    except BaseException:
+        abandon(call)
+        raise
+    if is_cancelled is not None and is_cancelled():
+        abandon(call)
+        raise EvidenceCallCancelled
+    return complete(call, structured)
+
+
+# --- async -----------------------------------------------------------------------------------------
+
+
+def _closing(fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` in a worker thread and return its connection to the pool afterwards (the thread is
+    not a Django request thread)."""
+    try:
+        return fn(*args)
+    finally:
+        connection.close()
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(_closing, fn, *args)
+
+
+async def run_with_evidence(
+    *,
+    scope: QueryScope,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any] | None,
+    execute: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """The whole flow for the MCP edge: the database steps in worker threads, waiting on the event
+    loop. ``execute`` runs the query (however the caller runs queries: budget, cancellation) and returns
+    the structured result. Cancelled before the save → nothing saved, the receipt released, the
+    cancellation re-raised. Once the save has started it is finished (shielded, a few milliseconds): a
+    cancel arriving then loses only the response, and a retry with the same key gets this evidence."""
+    if not saves_evidence(scope, tool):
+        return await execute()
+    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta)
+    deadline = time.monotonic() + _wait_budget_s()
+    delay = POLL_FIRST_S
+    try:
+        while True:
+            outcome = await _in_thread(claim, call)
+            if outcome.kind == "done":
+                return outcome.result  # type: ignore[return-value]  # "done" carries the result
+            if outcome.kind == "run":
+                break
+            if time.monotonic() > deadline:
+                raise RequestInProgress()
+            await anyio.sleep(delay)
+            delay = min(delay * 2, POLL_MAX_S)
+        structured = await execute()
+        await anyio.lowlevel.checkpoint_if_cancelled()
+    except BaseException:
+        if call.receipt_id is not None:
+            with anyio.CancelScope(shield=True):
+                await _in_thread(abandon, call)
+        raise
+    with anyio.CancelScope(shield=True):
+        return await _in_thread(complete, call, structured)
+
+
+# --- background (R-BG) -------------------------------------------------------------------------------
+
+
+def receipts_fail_stale(*, now: datetime | None = None, batch_size: int = 1000, max_batches: int = 20) -> int:
+    """Receipts left ``pending`` longer than the query budget (plus a small grace) by a crashed process
+    become ``failed``, so that a retry with the same key can proceed (SPEC §9). Idempotent and safe on
+    several workers: each batch locks its rows with ``SKIP LOCKED`` and re-checks the state in the
+    UPDATE; returns how many receipts this call failed."""
+    cutoff = _stale_cutoff(now or timezone.now())
+    table = QueryReceipt._meta.db_table
+    sql = f"""
+        UPDATE {table} SET state = 'failed', updated_at = now()
+        WHERE id IN (
+            SELECT id FROM {table} WHERE state = 'pending' AND updated_at < %s
+            ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+        ) AND state = 'pending'
+    """
+    failed = 0
+    for _ in range(max_batches):
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(sql, [cutoff, batch_size])
+            count = cursor.rowcount
+        failed += count
+        if count < batch_size:
+            break
+    if failed:
+        logger.info("evidence receipts failed as stale count=%d", failed)
+    return failed

@@ -1,0 +1,335 @@
+"""The task tools as query plans (``queries.plan``): ``get_task_context`` and ``get_task_evidence``.
+
+Both read only the task bound to the context (``scope.task_id`` / ``scope.run_id``, checked against
+``scope.project_id`` in every statement): an id of another task, run or project is "not found", the
+same answer as an id that does not exist (STYLE "scoped lookups"). A ``task_reader`` reads the evidence
+of its parent run only (R-CTX-4); a ``task_execution`` context reads the evidence of every run of its
+task (the current one and the runs it superseded).
+
+Paging follows R-PAGE-4 and happens inside PostgreSQL: ``data_path`` selects a value with ``#>``; an
+array is paged by index (``node -> i`` over ``generate_series``), an object by key in C collation
+(``jsonb_each … ORDER BY key COLLATE "C"``), a string by Unicode character (``substr`` on text counts
+characters). The page's JSON text is measured with ``octet_length`` in the same statement and only
+leaves the database when it is within the 8 MiB ceiling.
+
+The demo ships no evidence samples of its own (``queries/demo`` seeds tasks and report revisions, no
+snapshots), so there is no DEMO-sample digest to verify before paging here; whole-document reads
+(``mcp_app.resources``) verify every snapshot's RFC 8785 digest before returning it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from django.db.models import Subquery
+
+from contexts.errors import InvalidParameter, LimitExceeded, NotFound
+from contexts.models import ContextPurpose, QueryContext, Task, TaskReport, TaskRun
+from contexts.scope import QueryScope
+from evidence.models import EvidenceSnapshot
+from evidence.schemas import (
+    EvidencePage,
+    JsonPage,
+    RevisionSummary,
+    RunSummary,
+    TaskContextData,
+    TaskContextResult,
+    TaskEvidenceResult,
+)
+from evidence.services import evidence_uri
+from queries.plan import Plan, Raw, count_of, service
+from queries.schemas.common import Origin, PageInfo
+
+#: The ceiling on what one page (or one whole document) may carry out of the database (R-PAGE-4).
+PAGE_CEILING_BYTES = 8 * 1024 * 1024
+DEFAULT_ITEMS = 20
+MAX_ITEMS = 500
+DEFAULT_CHARS = 2000
+MAX_CHARS = 1_000_000
+MAX_OFFSET = 100_000_000
+MAX_PATH_DEPTH = 32
+MAX_REVISIONS = 50
+MAX_SECTIONS = 200
+ORIGINS: frozenset[str] = frozenset(get_args(Origin))
+
+# One page of ``node`` (the value at data_path), cut and measured in SQL. ``{source}`` is one of the
+# constant source statements below (never client text); it yields ``meta`` (jsonb) and ``node``.
+# MATERIALIZED: ``node`` is selected (and the stored document detoasted) once, not once per element
+# the page reads — inlined, an 8 MiB page took seconds.
+_PAGER = """
+WITH src AS MATERIALIZED ({source})
+SELECT src.meta, jsonb_typeof(src.node) AS kind, pg.total, octet_length(pg.part_text) AS part_bytes,
+       CASE WHEN octet_length(pg.part_text) <= %s THEN pg.part_text END AS part
+FROM src
+LEFT JOIN LATERAL (
+    SELECT
+        CASE jsonb_typeof(src.node)
+            WHEN 'array' THEN jsonb_array_length(src.node)::bigint
+            WHEN 'object' THEN (SELECT count(*) FROM jsonb_object_keys(src.node))
+            WHEN 'string' THEN char_length(src.node #>> '{{}}')::bigint
+        END AS total,
+        (CASE jsonb_typeof(src.node)
+            WHEN 'array' THEN (
+                SELECT coalesce(jsonb_agg(src.node -> i ORDER BY i), '[]'::jsonb)
+                FROM generate_series(%s::int, least(%s::int + %s::int, jsonb_array_length(src.node)) - 1) AS i
+            )
+            WHEN 'object' THEN (
+                SELECT coalesce(
+                    jsonb_agg(jsonb_build_object('key', e.key, 'value', e.value) ORDER BY e.key COLLATE "C"),
+                    '[]'::jsonb
+                )
+                FROM (
+                    SELECT key, value FROM jsonb_each(src.node) ORDER BY key COLLATE "C" OFFSET %s LIMIT %s
+                ) AS e
+            )
+            WHEN 'string' THEN to_jsonb(substr(src.node #>> '{{}}', %s::int + 1, %s::int))
+            ELSE src.node
+        END)::text AS part_text
+    WHERE src.node IS NOT NULL
+) AS pg ON true
+"""
+
+_EVIDENCE_SOURCE = f"""
+SELECT jsonb_build_object(
+           'id', s.id, 'tool', s.tool, 'source', s.source, 'run_id', s.run_id, 'created_at', s.created_at,
+           'byte_size', s.byte_size, 'sha256', s.sha256, 'origin', s.data ->> 'origin'
+       ) AS meta,
+       s.data #> %s::text[] AS node
+FROM {EvidenceSnapshot._meta.db_table} s
+WHERE s.id = %s AND s.project_id = %s AND s.task_id = %s AND (%s::bigint IS NULL OR s.run_id = %s::bigint)
+"""
+
+_REPORT_SOURCE = f"""
+SELECT jsonb_build_object('sections', CASE WHEN jsonb_typeof(r.sections) = 'object' THEN (
+           SELECT coalesce(jsonb_agg(k.key ORDER BY k.key COLLATE "C"), '[]'::jsonb)
+           FROM (
+               SELECT key FROM jsonb_object_keys(r.sections) AS key ORDER BY key COLLATE "C" LIMIT {MAX_SECTIONS}
+           ) AS k
+       ) ELSE '[]'::jsonb END) AS meta,
+       CASE WHEN %s::text IS NULL THEN NULL ELSE (r.sections -> %s::text) #> %s::text[] END AS node
+FROM {TaskReport._meta.db_table} r JOIN {Task._meta.db_table} t ON t.id = r.task_id
+WHERE r.task_id = %s AND t.project_id = %s AND r.revision = %s
+"""
+
+EVIDENCE_PAGE_SQL = _PAGER.format(source=_EVIDENCE_SOURCE)
+REPORT_PAGE_SQL = _PAGER.format(source=_REPORT_SOURCE)
+PAGE_COLUMNS = ("meta", "kind", "total", "part_bytes", "part")
+
+
+def _bound_task(scope: QueryScope) -> tuple[int, int]:
+    """The bound task and run; a context without them (ordinary chat) reads no task at all."""
+    if scope.purpose not in (ContextPurpose.TASK_EXECUTION, ContextPurpose.TASK_READER):
+        raise NotFound("This context is not bound to a task.")
+    if scope.task_id is None or scope.run_id is None:
+        raise NotFound("This context is not bound to a task.")
+    return scope.task_id, scope.run_id
+
+
+def readable_run(scope: QueryScope) -> int | None:
+    """The run whose evidence the context may read: a reader only its parent run (R-CTX-4, ``None``
+    here means "any run of the bound task", for ``task_execution``)."""
+    return scope.run_id if scope.purpose == ContextPurpose.TASK_READER else None
+
+
+def _check_path(data_path: Sequence[str]) -> list[str]:
+    path = list(data_path)
+    if len(path) > MAX_PATH_DEPTH or not all(isinstance(p, str) for p in path):
+        raise LimitExceeded(f"data_path has at most {MAX_PATH_DEPTH} string segments.")
+    if any("\x00" in p for p in path):  # PostgreSQL text cannot hold NUL: no key can match it
+        raise InvalidParameter("data_path segments cannot contain NUL characters.")
+    return path
+
+
+def _page_params(offset: int, limit: int | None) -> tuple[int, int, int, list[int]]:
+    if not 0 <= offset <= MAX_OFFSET:
+        raise LimitExceeded(f"offset must be between 0 and {MAX_OFFSET}.")
+    if limit is not None and not 1 <= limit <= MAX_CHARS:
+        raise LimitExceeded(f"limit must be between 1 and {MAX_CHARS}.")
+    items = min(limit, MAX_ITEMS) if limit is not None else DEFAULT_ITEMS
+    chars = limit if limit is not None else DEFAULT_CHARS
+    return items, chars, offset, [offset, offset, items, offset, items, offset, chars]
+
+
+def _json_page(row: dict[str, Any], *, data_path: list[str], offset: int, limit: int | None) -> JsonPage:
+    """Turn the pager's row into a ``JsonPage`` (the ceiling was applied in SQL: ``part`` is null when
+    the page is over it, and nothing of it left the database)."""
+    kind = row["kind"]
+    if kind is None:
+        raise NotFound("Nothing at that data_path.")
+    if row["part"] is None:
+        raise LimitExceeded(
+            f"This page is {row['part_bytes']} bytes, over the {PAGE_CEILING_BYTES}-byte ceiling; use a smaller limit.",
+            details={"page_bytes": row["part_bytes"], "ceiling_bytes": PAGE_CEILING_BYTES},
+        )
+    items_limit, chars_limit, _, _ = _page_params(offset, limit)
+    part = json.loads(row["part"])
+    total = row["total"]
+    page = {"data_path": data_path, "kind": kind, "total": total, "offset": offset, "page_bytes": row["part_bytes"]}
+    if kind in ("array", "object"):
+        if limit is not None and limit > MAX_ITEMS:
+            raise LimitExceeded(f"limit must be at most {MAX_ITEMS} for an {kind}.")
+        return JsonPage(**page, limit=items_limit, has_more=offset + len(part) < total, items=part)
+    if kind == "string":
+        return JsonPage(**page, limit=chars_limit, has_more=offset + len(part) < total, text=part)
+    return JsonPage(
+        data_path=data_path,
+        kind=kind,
+        total=None,
+        offset=0,
+        limit=1,
+        has_more=False,
+        page_bytes=row["part_bytes"],
+        value=part,
+    )
+
+
+def _json(value: Any) -> Any:
+    """A jsonb column of a raw statement (Django's psycopg setup hands jsonb over as text)."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _evidence_uuid(evidence_id: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(str(evidence_id))
+    except ValueError:
+        raise NotFound("No such evidence for this task.") from None
+
+
+@service
+def get_task_evidence(
+    *, scope: QueryScope, evidence_id: str, data_path: Sequence[str] = (), limit: int | None = None, offset: int = 0
+) -> Plan[TaskEvidenceResult]:
+    """One page of a saved evidence snapshot of the bound task (one statement): the value at
+    ``data_path`` paged per R-PAGE-4, within the 8 MiB ceiling, with the whole document's size and
+    RFC 8785 SHA-256. Evidence of another task, run (for a reader) or project is "not found"."""
+    task_id, _ = _bound_task(scope)
+    path = _check_path(data_path)
+    snapshot_id = _evidence_uuid(evidence_id)
+    _, _, _, paging = _page_params(offset, limit)
+    run = readable_run(scope)
+    rows = yield Raw(
+        EVIDENCE_PAGE_SQL,
+        [path, snapshot_id, scope.project_id, task_id, run, run, PAGE_CEILING_BYTES, *paging],
+        PAGE_COLUMNS,
+    )
+    if not rows:
+        raise NotFound("No such evidence for this task.")
+    row = rows[0]
+    meta = _json(row["meta"])
+    page = _json_page(row, data_path=path, offset=offset, limit=limit)
+    origin = meta.get("origin") if meta.get("origin") in ORIGINS else "diagnostic"
+    data = EvidencePage(
+        **page.model_dump(),
+        evidence_id=str(meta["id"]),
+        evidence_uri=evidence_uri(meta["id"]),
+        tool=meta["tool"],
+        snapshot_source=meta["source"],
+        run_id=meta["run_id"],
+        created_at=meta["created_at"],
+        byte_size=meta["byte_size"],
+        sha256=meta["sha256"],
+    )
+    return TaskEvidenceResult(
+        source="evidence",
+        source_ref=f"project:{scope.project_slug}/task/{task_id}/evidence/{meta['id']}",
+        queried_at=datetime.now(UTC),
+        origin=origin,  # type: ignore[arg-type]  # checked against ORIGINS above
+        data=data,
+        page=PageInfo(total=page.total, limit=page.limit, offset=page.offset, has_more=page.has_more),
+        truncated=page.has_more,
+    )
+
+
+@service
+def get_task_context(
+    *,
+    scope: QueryScope,
+    section: str | None = None,
+    data_path: Sequence[str] = (),
+    limit: int | None = None,
+    offset: int = 0,
+    report_revision: int | None = None,
+) -> Plan[TaskContextResult]:
+    """The bound task: title, status, bound and current run, report revisions (newest first, at most
+    50) — plus, with ``section``, one page of that section of one report revision at ``data_path``.
+
+    The revision read is ``report_revision`` when given (pinned), otherwise the revision bound to the
+    context: the newest revision that existed when the context was bound (never silently the latest —
+    a revision written later is read only when pinned). The answer is always labelled a preview."""
+    task_id, run_id = _bound_task(scope)
+    path = _check_path(data_path)
+    if section is not None and "\x00" in section:
+        raise InvalidParameter("section cannot contain NUL characters.")
+    _, _, _, paging = _page_params(offset, limit)
+    tasks = yield Task.objects.filter(pk=task_id, project_id=scope.project_id).values("id", "title", "status")[:1]
+    if not tasks:
+        raise NotFound("This context's task no longer exists.")
+    current = yield TaskRun.objects.filter(task_id=task_id, superseded_at__isnull=True).values(
+        "id", "sequence", "status", "lease_expires_at"
+    )[:1]
+    reports = TaskReport.objects.filter(task_id=task_id, task__project_id=scope.project_id)
+    revisions = yield reports.order_by("-revision").values("revision", "created_at")[:MAX_REVISIONS]
+    revisions_total = yield count_of(reports)
+    if report_revision is not None:
+        revision: int | None = report_revision
+        revision_source = "pinned"
+    else:
+        bound_at = QueryContext.objects.filter(pk=scope.context_id).values("created_at")[:1]
+        bound = yield reports.filter(created_at__lte=Subquery(bound_at)).order_by("-revision").values("revision")[:1]
+        revision = bound[0]["revision"] if bound else None
+        revision_source = "bound_to_context" if bound else "none"
+    sections: list[str] = []
+    page: JsonPage | None = None
+    if revision is not None:
+        rows = yield Raw(
+            REPORT_PAGE_SQL,
+            [section, section, path, task_id, scope.project_id, revision, PAGE_CEILING_BYTES, *paging],
+            PAGE_COLUMNS,
+        )
+        if not rows:
+            raise NotFound("No such report revision of this task.")
+        sections = list(_json(rows[0]["meta"])["sections"])
+        if section is not None:
+            page = _json_page(rows[0], data_path=path, offset=offset, limit=limit)
+    elif section is not None:
+        raise NotFound("No report revision is bound to this context; pass report_revision to pin one.")
+    task = tasks[0]
+    run = current[0] if current else None
+    label = (
+        f"Preview: one page of section '{section}' of report revision {revision}; not the full report."
+        if page is not None
+        else "Summary of the task and its report revisions; not the full report."
+    )
+    data = TaskContextData(
+        task_id=task["id"],
+        title=task["title"],
+        status=task["status"],
+        bound_run_id=run_id,
+        current_run=RunSummary(
+            run_id=run["id"], sequence=run["sequence"], status=run["status"], lease_expires_at=run["lease_expires_at"]
+        )
+        if run
+        else None,
+        report_revisions=[RevisionSummary(**r) for r in revisions],
+        report_revisions_total=revisions_total,
+        report_revision=revision,
+        revision_source=revision_source,  # type: ignore[arg-type]  # one of the three literals above
+        sections=sections,
+        section=section,
+        page=page,
+        note=label,
+    )
+    return TaskContextResult(
+        source="task_context",
+        source_ref=f"project:{scope.project_slug}/task/{task_id}"
+        + (f"/report/{revision}" if revision is not None else ""),
+        queried_at=datetime.now(UTC),
+        origin="diagnostic",
+        data=data,
+        page=PageInfo(total=page.total, limit=page.limit, offset=page.offset, has_more=page.has_more) if page else None,
+        truncated=True,
+    )

@@ -1,0 +1,298 @@
+"""The task tools: ``get_task_evidence`` paging inside PostgreSQL equals the slice of the whole
+document (arrays by index, objects by key in C collation, strings by Unicode character), the 8 MiB
+ceiling, reader isolation (R-CTX-4), and ``get_task_context`` with bound and pinned report revisions."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from contexts.errors import InvalidParameter, LimitExceeded, NotFound
+from contexts.models import TaskReport
+from contexts.scope import QueryScope
+from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
+from evidence.task_tools import PAGE_CEILING_BYTES, get_task_context, get_task_evidence
+from queries.plan import run_sync
+from queries.registry import tools_by_name
+from tests.evidence.conftest import EvidenceWorld, Investigation
+
+HANDLE = "h" * 43
+KEYS = ["b", "B", "a", "Z", "10", "9", "é", "中文", "z", "_", "A-1", "😀", "ä", "a a"]
+TEXT = "水管破裂，压力下降。" * 700 + "😀𝄞 end"  # CJK (3 bytes), astral characters (4 bytes, one character each)
+
+
+def document(n_items: int = 1234, text: str = TEXT) -> dict[str, Any]:
+    """A result envelope whose data has a long array, an object with awkward keys and a long string."""
+    return {
+        "source": "model_network",
+        "source_ref": "project:tianjin-demo/test",
+        "queried_at": datetime(2026, 11, 1, 8, 0, tzinfo=UTC).isoformat(),
+        "origin": "model_network",
+        "data": {
+            "items": [{"i": i, "name": f"元素-{i}", "v": i / 7} for i in range(n_items)],
+            "members": {key: {"rank": n} for n, key in enumerate(KEYS)},
+            "text": text,
+            "flag": True,
+        },
+        "truncated": False,
+        "evidence_id": None,
+    }
+
+
+def save(scope: QueryScope, doc: dict[str, Any], key: str | None = None) -> str:
+    result = run_with_evidence_sync(
+        scope=scope,
+        tool="list_elements",
+        arguments={"context_handle": HANDLE, "element_type": "junction", "key": key or uuid.uuid4().hex},
+        meta={REQUEST_KEY_META: key or uuid.uuid4().hex},
+        execute=lambda: doc,
+    )
+    return str(result["evidence_id"])
+
+
+@pytest.fixture(scope="module")
+def inv(world: EvidenceWorld) -> Investigation:
+    return world.investigation()
+
+
+@pytest.fixture(scope="module")
+def executor(world: EvidenceWorld, inv: Investigation) -> QueryScope:
+    return world.bind("task_execution", investigation=inv)
+
+
+@pytest.fixture(scope="module")
+def saved(executor: QueryScope) -> str:
+    return save(executor, document())
+
+
+def page(scope: QueryScope, evidence_id: str, path: list[str], **kw: Any) -> Any:
+    return get_task_evidence(scope=scope, evidence_id=evidence_id, data_path=path, **kw).data
+
+
+# --- paging equals the whole document's slice ---------------------------------------------------------
+
+
+def test_array_pages_equal_slices_in_index_order(executor: QueryScope, saved: str) -> None:
+    items = document()["data"]["items"]
+    seen: list[Any] = []
+    offset = 0
+    while True:
+        p = page(executor, saved, ["data", "items"], limit=500, offset=offset)
+        assert p.kind == "array" and p.total == len(items)
+        assert p.items == items[offset : offset + 500]
+        seen.extend(p.items)
+        offset += 500
+        if not p.has_more:
+            break
+    assert seen == items
+    single = page(executor, saved, ["data", "items", "77"], limit=10)
+    assert single.kind == "object" and [e["key"] for e in single.items] == ["i", "name", "v"]
+    assert page(executor, saved, ["data", "items", "77", "name"]).text == "元素-77"
+
+
+def test_object_pages_follow_c_collation_of_keys(executor: QueryScope, saved: str) -> None:
+    members = document()["data"]["members"]
+    ordered = sorted(members)  # code point order == C collation of UTF-8
+    assert ordered[:3] == ["10", "9", "A-1"]
+    first = page(executor, saved, ["data", "members"], limit=5)
+    rest = page(executor, saved, ["data", "members"], limit=500, offset=5)
+    entries = first.items + rest.items
+    assert [e["key"] for e in entries] == ordered
+    assert all(e["value"] == members[e["key"]] for e in entries)
+    assert first.total == len(members) and first.has_more and not rest.has_more
+
+
+def test_string_pages_count_unicode_characters(executor: QueryScope, saved: str) -> None:
+    text = document()["data"]["text"]
+    chunks = []
+    offset = 0
+    while offset < len(text):
+        p = page(executor, saved, ["data", "text"], limit=997, offset=offset)
+        assert p.kind == "string" and p.total == len(text)
+        assert p.text == text[offset : offset + 997]
+        chunks.append(p.text)
+        offset += 997
+    assert "".join(chunks) == text
+    tail = page(executor, saved, ["data", "text"], limit=5, offset=len(text) - 6)
+    assert tail.text == "😀𝄞 en" and tail.has_more
+
+
+def test_the_whole_document_and_scalars(executor: QueryScope, saved: str) -> None:
+    top = page(executor, saved, [], limit=50)
+    # The saved document is the result without the keys the server adds (evidence_id, evidence_uri).
+    assert [e["key"] for e in top.items] == sorted(k for k in document() if k != "evidence_id")
+    flag = page(executor, saved, ["data", "flag"])
+    assert flag.kind == "boolean" and flag.value is True and flag.total is None
+    result = get_task_evidence(scope=executor, evidence_id=saved, data_path=["data", "items"], limit=3)
+    assert result.origin == "model_network" and result.truncated is True  # a page is never the whole answer
+    assert result.data.byte_size > 0 and len(result.data.sha256) == 64
+    assert result.data.evidence_uri == f"tjwater://evidence/{saved}"
+
+
+def test_missing_paths_and_bad_limits_are_clear_errors(executor: QueryScope, saved: str) -> None:
+    with pytest.raises(NotFound):
+        page(executor, saved, ["data", "nope"])
+    with pytest.raises(NotFound):
+        page(executor, saved, ["data", "items", "99999"])
+    with pytest.raises(LimitExceeded):
+        page(executor, saved, ["data", "items"], limit=501)
+    with pytest.raises(LimitExceeded):
+        page(executor, saved, ["x"] * 33)
+    with pytest.raises(InvalidParameter):
+        page(executor, saved, ["data", "a\x00b"])
+
+
+def test_a_page_over_the_ceiling_never_leaves_the_database(executor: QueryScope) -> None:
+    big_text = "管" * (3 * 1024 * 1024)  # 9 MiB of UTF-8 in one string; the document is > 8 MiB
+    evidence_id = save(executor, document(n_items=3, text=big_text))
+    with pytest.raises(LimitExceeded) as refused:
+        page(executor, evidence_id, [], limit=50)  # the top-level members include the whole "data"
+    assert refused.value.details["page_bytes"] > PAGE_CEILING_BYTES
+    with pytest.raises(LimitExceeded):
+        page(executor, evidence_id, ["data"], limit=10)  # one member of "data" is the 9 MiB string
+    small = page(executor, evidence_id, ["data", "text"], limit=1000, offset=2_000_000)
+    assert small.text == "管" * 1000 and small.total == 3 * 1024 * 1024
+
+
+# --- isolation ---------------------------------------------------------------------------------------
+
+
+def test_a_reader_reads_its_parent_runs_evidence_and_nothing_else(
+    world: EvidenceWorld, executor: QueryScope, saved: str
+) -> None:
+    inv_reader = world.bind("task_reader", investigation=_inv_of(world, executor))
+    assert page(inv_reader, saved, ["data", "flag"]).value is True
+    other_exec = world.bind("task_execution", investigation=world.other_task)
+    other_evidence = save(other_exec, document(n_items=2))
+    for refused in (
+        lambda: page(inv_reader, other_evidence, []),  # another task's evidence
+        lambda: page(other_exec, saved, []),  # and the other way round
+        lambda: page(inv_reader, str(uuid.uuid4()), []),  # does not exist: the same answer
+        lambda: page(inv_reader, "not-a-uuid", []),
+    ):
+        with pytest.raises(NotFound):
+            refused()
+
+
+def _inv_of(world: EvidenceWorld, scope: QueryScope) -> Investigation:
+    from contexts.models import Task, TaskRun
+
+    task = Task.objects.get(pk=scope.task_id)
+    run = TaskRun.objects.get(pk=scope.run_id)
+    return Investigation(task=task, run=run, session_id=scope.session_id, execution_request_id="")
+
+
+def test_ordinary_chat_and_other_projects_read_no_evidence(world: EvidenceWorld, saved: str) -> None:
+    chat = world.bind("ordinary_chat", subject="svc-worker")
+    with pytest.raises(NotFound):
+        page(chat, saved, [])
+    from contexts.models import TaskRun
+
+    demo_b_run = TaskRun.objects.get(task=world.demo_b_task, superseded_at__isnull=True)
+    bob_reader = world.bind(
+        "task_reader",
+        subject="bob",
+        project=world.demo_b,
+        investigation=Investigation(
+            task=world.demo_b_task, run=demo_b_run, session_id=demo_b_run.lease_holder, execution_request_id=""
+        ),
+    )
+    with pytest.raises(NotFound):
+        page(bob_reader, saved, [])
+
+
+def test_after_supersession_the_new_runs_reader_sees_only_the_new_run(world: EvidenceWorld) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from contexts.models import TaskRun
+
+    inv = world.investigation()
+    old_exec = world.bind("task_execution", investigation=inv)
+    old_evidence = save(old_exec, document(n_items=2))
+    TaskRun.objects.filter(pk=inv.run.pk).update(superseded_at=timezone.now(), status="superseded")
+    new_run = TaskRun.objects.create(
+        task=inv.task, sequence=2, lease_holder="evid-next", lease_expires_at=timezone.now() + timedelta(hours=1)
+    )
+    from contexts.models import ExecutionRequest
+
+    request = ExecutionRequest.objects.create(run=new_run, request_id=f"evid-next-{uuid.uuid4().hex[:8]}")
+    nxt = Investigation(task=inv.task, run=new_run, session_id="evid-next", execution_request_id=request.request_id)
+    new_exec = world.bind("task_execution", investigation=nxt)
+    new_reader = world.bind("task_reader", investigation=nxt)
+    assert page(new_exec, old_evidence, ["data", "flag"]).value is True  # the executor reads the task's history
+    with pytest.raises(NotFound):
+        page(new_reader, old_evidence, [])  # a reader only its parent run
+
+
+# --- the catalog -------------------------------------------------------------------------------------
+
+
+def test_task_tools_are_never_in_an_ordinary_chat_binding(world: EvidenceWorld) -> None:
+    chat = world.bind("ordinary_chat", subject="alice")
+    reader = world.bind("task_reader", investigation=world.demo_task)
+    assert {"get_task_context", "get_task_evidence"}.isdisjoint(chat.allowed_tools)
+    assert {"get_task_context", "get_task_evidence"} <= reader.allowed_tools
+    specs = tools_by_name()
+    assert specs["get_task_evidence"].task_scope == "bound_task" and not specs["get_task_evidence"].evidence_allowed
+
+
+# --- get_task_context --------------------------------------------------------------------------------
+
+
+def test_task_context_reads_the_revision_bound_to_the_context(world: EvidenceWorld) -> None:
+    scope = world.bind("task_execution", investigation=world.demo_task)
+    result = run_sync(
+        tools_by_name()["get_task_context"].invoke(scope, {"context_handle": HANDLE, "section": "findings"})
+    )
+    data = result.data
+    assert data.title.startswith("Investigate low pressure in Hexi")
+    assert data.current_run is not None and data.current_run.run_id == world.demo_task.run.pk
+    assert [r.revision for r in data.report_revisions] == [2, 1]
+    assert (data.report_revision, data.revision_source) == (2, "bound_to_context")
+    assert data.sections == ["evidence", "findings", "recommendations", "summary"]
+    assert data.page is not None and data.page.items[0].startswith("Modelled leak peaks")
+    assert data.is_full_report is False and "not the full report" in data.note
+    pinned = get_task_context(scope=scope, section="findings", report_revision=1)
+    assert pinned.data.report_revision == 1 and pinned.data.revision_source == "pinned"
+    assert pinned.data.page.items == [
+        "Calls cluster around JUNCTION-1304",
+        "SCADA pressure transmitters not yet reviewed",
+    ]
+    with pytest.raises(NotFound):
+        get_task_context(scope=scope, section="findings", report_revision=9)
+
+
+def test_a_revision_written_after_binding_is_read_only_when_pinned(world: EvidenceWorld) -> None:
+    inv = world.investigation()
+    TaskReport.objects.create(task=inv.task, revision=1, sections={"summary": "first"})
+    scope = world.bind("task_execution", investigation=inv)
+    TaskReport.objects.create(task=inv.task, revision=2, sections={"summary": "second — newer than the binding"})
+    default = get_task_context(scope=scope, section="summary")
+    assert default.data.report_revision == 1 and default.data.page.text == "first"
+    latest = get_task_context(scope=scope, section="summary", report_revision=2)
+    assert latest.data.page.text.startswith("second")
+    summary_only = get_task_context(scope=scope)
+    assert summary_only.data.page is None and summary_only.data.report_revisions_total == 2
+
+
+def test_task_context_is_only_for_task_contexts(world: EvidenceWorld) -> None:
+    with pytest.raises(NotFound):
+        get_task_context(scope=world.bind("ordinary_chat", subject="alice"))
+
+
+@pytest.mark.django_db
+def test_an_unknown_evidence_id_in_an_ordinary_chat_is_not_found_without_a_lookup() -> None:
+    # (also makes pytest-django set up the test database for this module; see test_models.py)
+    from contexts.scope import QueryScope as Scope
+
+    chat = Scope(
+        principal_id=1, issuer="i", subject="s", client_id="c", project_id=1, project_slug="p",
+        permissions=frozenset(), purpose="ordinary_chat",
+    )  # fmt: skip
+    with pytest.raises(NotFound):
+        get_task_evidence(scope=chat, evidence_id=str(uuid.uuid4()))
