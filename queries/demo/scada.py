@@ -5,12 +5,20 @@ exactly the real network) + Gaussian sensor noise, then damaged the way field da
 slots with nothing received), spikes, and one stuck sensor. ``cleaned`` comes from ``clean_series``.
 
 Every slot of every device has a row; a gap is ``monitored_value IS NULL`` with ``quality='gap'``.
+
+A *scenario* (``Scenario``, e.g. the demo's main break) replaces the baseline as the truth of the devices
+where it changes what they would measure: from its start to the end of its computed window those
+devices read the scenario's values (interpolated to 5 minutes) with the same bias, noise and damage —
+so the readings show the event where the model says it is visible, and nowhere else. ``place_near``
+makes sure a few pressure transmitters sit where the event is (replacing, deterministically, the
+pressure devices farthest-point sampling added last, which cover the least).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -90,6 +98,95 @@ def choose_devices(
     return specs
 
 
+@dataclass(frozen=True)
+class Scenario:
+    """What a scenario computed at some devices' elements: from ``start_s`` to ``end_s`` (seconds after
+    the readings' start) the devices in ``series`` read it instead of the baseline. ``series`` maps a
+    device id to ``(times_s, values)`` in the device's quantity and unit."""
+
+    start_s: float
+    end_s: float
+    series: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def planar_m(a: tuple[float, float], b: tuple[float, float]) -> float:
+    """Distance in metres between two lon/lat points, equirectangular (fine over a few km)."""
+    mean_lat = np.radians((a[1] + b[1]) / 2)
+    dx = np.radians(b[0] - a[0]) * np.cos(mean_lat) * 6371008.8
+    dy = np.radians(b[1] - a[1]) * 6371008.8
+    return float(np.hypot(dx, dy))
+
+
+def place_near(
+    specs: Sequence[DeviceSpec],
+    candidates: Sequence[str],
+    geometry: NetworkGeometry,
+    *,
+    count: int,
+    spacing_m: float,
+    streets: Sequence[str],
+    keep: Sequence[str] = (),
+) -> list[DeviceSpec]:
+    """At least ``count`` pressure devices at ``candidates`` (junctions in order of preference), at least
+    ``spacing_m`` apart. Missing ones replace the pressure devices picked last (their ids are kept, their
+    element and place change); devices in ``keep`` are never moved. Deterministic: no randomness."""
+    nl = geometry.node_lonlat
+    wanted = set(candidates)
+    specs = list(specs)
+    placed = [s.element_id for s in specs if s.quantity == "pressure" and s.element_id in wanted]
+    new_sites: list[str] = []
+    for jid in candidates:
+        if len(placed) + len(new_sites) >= count:
+            break
+        if all(planar_m(nl[jid], nl[other]) >= spacing_m for other in placed + new_sites):
+            new_sites.append(jid)
+    movable = [
+        i
+        for i, s in enumerate(specs)
+        if s.quantity == "pressure" and s.element_id not in wanted and s.device_id not in keep
+    ]
+    for i, jid in zip(reversed(movable), new_sites, strict=False):
+        street = streets[int(hashlib.sha1(jid.encode()).hexdigest(), 16) % len(streets)]
+        specs[i] = replace(specs[i], name=f"Pressure {street} ({jid})", element_id=jid, lon=nl[jid][0], lat=nl[jid][1])
+    return specs
+
+
+def noise_sd(spec: DeviceSpec, truth: np.ndarray) -> float:
+    """The standard deviation of the sensor noise ``synthesize`` adds to ``truth``."""
+    if spec.quantity != "flow":
+        return spec.accuracy
+    return 0.01 * max(float(np.mean(np.abs(truth))), 0.001) + spec.accuracy
+
+
+def scenario_devices(
+    specs: Sequence[DeviceSpec],
+    baseline: SimulationResults,
+    wn: WaterNetworkModel,
+    values: Mapping[tuple[str, str], tuple[np.ndarray, np.ndarray]],
+    *,
+    start_s: float,
+    end_s: float,
+    min_sigma: float = 3.0,
+) -> Scenario:
+    """The scenario for the devices whose elements it changes measurably: ``values`` maps ``(element_type,
+    element_id)`` to the scenario's ``(times_s, value)`` in the device's quantity; a device is included
+    when the scenario differs from the baseline by more than ``min_sigma`` times its sensor noise at some
+    instant in ``[start_s, end_s]``."""
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for spec in specs:
+        got = values.get((spec.element_type, spec.element_id))
+        if got is None:
+            continue
+        t, v = got
+        inside = (t >= start_s) & (t <= end_s)
+        if not inside.any():
+            continue
+        base = _truth(baseline, spec, t[inside], wn, "")
+        if float(np.max(np.abs(v[inside] - base))) > min_sigma * noise_sd(spec, base):
+            series[spec.device_id] = (t, v)
+    return Scenario(start_s=start_s, end_s=end_s, series=series)
+
+
 def _truth(
     results: SimulationResults, spec: DeviceSpec, slots: np.ndarray, wn: WaterNetworkModel, prefix: str
 ) -> np.ndarray:
@@ -151,9 +248,11 @@ def write_scada(
     rng: np.random.Generator,
     stuck_device: str | None,
     element_prefix: str = "",
+    scenario: Scenario | None = None,
 ) -> dict[str, int]:
     """Create the devices and COPY their readings (cleaned with ``clean_series``). ``element_prefix``
-    is the tile prefix of the specs' element ids (the results use the network's own ids)."""
+    is the tile prefix of the specs' element ids (the results use the network's own ids). Devices of
+    ``scenario`` read its values inside its window instead of the baseline's."""
     devices = ScadaDevice.objects.bulk_create(
         ScadaDevice(
             project_id=project_id,
@@ -175,7 +274,12 @@ def write_scada(
     per_device: list[tuple[int, list[float | None], list[float | None], list[str]]] = []
     for device, spec in zip(devices, specs, strict=True):
         stuck = (20 * 12, 26 * 12) if spec.device_id == stuck_device else None
-        monitored = synthesize(spec, _truth(results, spec, slots, wn, element_prefix), rng, stuck=stuck)
+        truth = _truth(results, spec, slots, wn, element_prefix)
+        if scenario is not None and spec.device_id in scenario.series:
+            t, v = scenario.series[spec.device_id]
+            inside = (slots >= scenario.start_s) & (slots <= scenario.end_s)
+            truth[inside] = np.interp(slots[inside], t, v)
+        monitored = synthesize(spec, truth, rng, stuck=stuck)
         threshold = {"pressure": 2.0, "flow": 0.0, "level": 0.3}[spec.quantity]
         if spec.quantity == "flow":
             present = [abs(v) for v in monitored if v is not None]

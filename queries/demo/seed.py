@@ -2,7 +2,9 @@
 
 Two projects — ``tianjin-demo`` (WNTR's Net6 at 117.2, 39.1, ~70 m per drawn unit) and ``demo-b``
 (Net3 at 117.4, 39.0) — with principals and memberships, 48 h of model baseline at 15 minutes, SCADA
-devices with 5-minute readings, analysis and sensor placement runs computed with WNTR, GIS
+devices with 5-minute readings (from the LINK-1523 main break at 08:00 to the end of the burst run's
+window at 18:00, the devices where that run computes a measurable change read its values instead of the
+baseline's), analysis and sensor placement runs computed with WNTR, GIS
 attributes and a source GIS layer, a workbench runtime snapshot, an investigation task with two runs,
 a lease, an execution request and a two-revision report, and synthetic peripheral data.
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from wntr.network import WaterNetworkModel
 
 from contexts.models import ExecutionRequest, Membership, Principal, Project, Task, TaskReport, TaskRun
@@ -42,14 +44,21 @@ from queries.importer.epanet import (
     write_network,
 )
 from queries.models import (
+    ELEMENT_MODELS,
+    AnalysisLinkSeries,
+    AnalysisNodeSeries,
+    AnalysisResult,
     AnalysisRun,
     ElementGisProperties,
     GisFeature,
     GisLayer,
     Junction,
+    LinkBaseline,
+    NodeBaseline,
     Observation,
     PeripheralPoint,
     ScadaDevice,
+    ScadaReading,
     SensorPlacementRun,
     TestData,
     WorkbenchRuntime,
@@ -69,7 +78,14 @@ DEMO_SESSION_ID = "session-demo-1"
 DEMO_EXECUTION_REQUEST_ID = "exec-demo-1"
 DEMO_LEASE_EXPIRES = datetime(2099, 1, 1, tzinfo=UTC)
 
-DISTRICTS = ["Heping", "Hexi", "Nankai", "Hedong", "Hebei", "Hongqiao"]
+# Row-major over a 3 × 2 grid of the network's extent, south-west first: the burst of LINK-1523 lies in
+# the first cell, so the investigation's "low pressure in Hexi" names the district the data shows.
+DISTRICTS = ["Hexi", "Heping", "Nankai", "Hedong", "Hebei", "Hongqiao"]
+#: The demo's main break (``burst-20261101-0800``): at least this many pressure transmitters sit within
+#: ``NEAR_BURST_M`` of its junction, where the run shows a pressure drop of more than 1 m.
+BURST_PIPE = "LINK-1523"
+NEAR_BURST_DEVICES = 3
+NEAR_BURST_M = 1000.0
 STREETS = [
     "Nanjing Road", "Weijin Road", "Jiefang North Road", "Heping Road", "Youyi Road", "Binshui Avenue",
     "Huanghe Road", "Changjiang Road", "Zhongshan Road", "Dagu South Road", "Xikang Road", "Chengdu Road",
@@ -151,9 +167,11 @@ def seed_demo() -> SeedSummary:
             _add(summary, write_network(project_id=n.project.pk, wn=n.wn, geometry=n.geometry))
             _add(summary, write_baseline(project_id=n.project.pk, wn=n.wn, results=n.results, start=START))
         _principals(issuer, demo, demo_b, summary)
-        _scada(net, rng, pressure=24, flow=10, level=6, stuck="PT-004", summary=summary)
+        # The analyses first (they draw nothing from ``rng``): the SCADA readings near the burst read
+        # what the burst run computed.
+        burst, valve_layer = _analyses(net, net_b, summary)
+        _scada(net, rng, pressure=24, flow=10, level=6, stuck="PT-004", summary=summary, burst=burst)
         _scada(net_b, rng, pressure=4, flow=2, level=2, stuck=None, summary=summary)
-        valve_layer = _analyses(net, net_b, summary)
         _placements(net, summary)
         _gis(net, rng, valve_layer, summary)
         _gis(net_b, rng, None, summary)
@@ -161,9 +179,20 @@ def seed_demo() -> SeedSummary:
         _runtime(demo_b, summary)
         _peripheral(net, rng, summary)
         _tasks(demo, demo_b, summary)
+        _analyze()
     summary.seconds = _time.monotonic() - t0
     logger.info("demo seeded in %.1fs", summary.seconds)
     return summary
+
+
+def _analyze() -> None:
+    """Planner statistics for the bulk-loaded tables (as ``queries.demo.scale`` does): without them a
+    freshly seeded database — autovacuum may be off or not yet run — estimates one row everywhere and
+    picks the ``(project, type, time)`` index for one element's series, scanning every element."""
+    with connection.cursor() as cursor:
+        for model in (NodeBaseline, LinkBaseline, AnalysisNodeSeries, AnalysisLinkSeries, ScadaReading, ScadaDevice,
+                      AnalysisRun, AnalysisResult, *ELEMENT_MODELS.values()):  # fmt: skip
+            cursor.execute(f'ANALYZE "{model._meta.db_table}"')  # our own table names, no input
 
 
 def _add(summary: SeedSummary, counts: dict[str, int]) -> None:
@@ -196,11 +225,18 @@ def _principals(issuer: str, demo: Project, demo_b: Project, summary: SeedSummar
 
 def _scada(
     net: _Network, rng: np.random.Generator, *, pressure: int, flow: int, level: int, stuck: str | None,
-    summary: SeedSummary,
+    summary: SeedSummary, burst: demo_analysis.BurstOutcome | None = None,
 ) -> None:  # fmt: skip
     specs = demo_scada.choose_devices(
         net.wn, net.geometry, rng, pressure=pressure, flow=flow, level=level, streets=STREETS
     )
+    scenario = None
+    if burst is not None:
+        specs = demo_scada.place_near(
+            specs, _near_burst(net, burst), net.geometry, count=NEAR_BURST_DEVICES, spacing_m=60.0,
+            streets=STREETS, keep=[stuck] if stuck else [],
+        )  # fmt: skip
+        scenario = _burst_scenario(net, burst, specs)
     _add(
         summary,
         demo_scada.write_scada(
@@ -212,13 +248,59 @@ def _scada(
             hours=HOURS,
             rng=rng,
             stuck_device=stuck,
+            scenario=scenario,
         ),
     )
 
 
-def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> pd.DataFrame:
+def _near_burst(net: _Network, burst: demo_analysis.BurstOutcome) -> list[str]:
+    """Demand junctions within ``NEAR_BURST_M`` of the burst junction where the run computed a pressure
+    drop over 1 m (its ``affected_nodes`` result), nearest first."""
+    drops = AnalysisResult.objects.get(run=burst.run, result_type="affected_nodes").payload["pressure_drop_m"]
+    at = net.geometry.node_lonlat[burst.node_id]
+    near = [
+        (demo_scada.planar_m(at, net.geometry.node_lonlat[j]), j)
+        for j, drop in drops.items()
+        if drop > 1.0 and (net.wn.get_node(j).base_demand or 0) > 0
+    ]
+    return [j for d, j in sorted(near) if d <= NEAR_BURST_M]
+
+
+def _burst_scenario(
+    net: _Network, burst: demo_analysis.BurstOutcome, specs: list[demo_scada.DeviceSpec]
+) -> demo_scada.Scenario:
+    """What the burst run computed at the devices' elements, from the burst to the end of its window
+    (18:00Z: in the demo's story the main is isolated and repaired then, and readings follow the
+    baseline again). Only devices where it differs measurably from the baseline read it."""
+    params = burst.run.parameters
+    start_s = (datetime.fromisoformat(params["burst_time"]) - START).total_seconds()
+    end_s = (datetime.fromisoformat(params["window_end"]) - START).total_seconds()
+    by_quantity = {"pressure": "junction", "level": "tank", "flow": "pipe"}
+    wanted = {(by_quantity[s.quantity], s.element_id) for s in specs}
+    node_ids = [i for t, i in wanted if t != "pipe"]
+    link_ids = [i for t, i in wanted if t == "pipe"]
+    series: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for etype, eid, t, pressure in AnalysisNodeSeries.objects.filter(
+        run=burst.run, element_id__in=node_ids
+    ).values_list("element_type", "element_id", "time", "pressure"):
+        # A tank's EPANET pressure is its level above the bottom (head - elevation): what LT-* read.
+        series.setdefault((etype, eid), []).append(((t - START).total_seconds(), pressure))
+    for etype, eid, t, flow in AnalysisLinkSeries.objects.filter(run=burst.run, element_id__in=link_ids).values_list(
+        "element_type", "element_id", "time", "flow"
+    ):
+        series.setdefault((etype, eid), []).append(((t - START).total_seconds(), flow))
+    values = {
+        key: (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
+        for key, pts in ((k, sorted(v)) for k, v in series.items())
+        if key in wanted
+    }
+    baseline = net.results  # a wntr SimulationResults (typed ``object`` on _Network)
+    return demo_scada.scenario_devices(specs, baseline, net.wn, values, start_s=start_s, end_s=end_s)  # type: ignore[arg-type]
+
+
+def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[demo_analysis.BurstOutcome, pd.DataFrame]:
     pid = net.project.pk
-    burst_pipe = "LINK-1523"
+    burst_pipe = BURST_PIPE
     outcome = demo_analysis.burst_run(
         project_id=pid,
         inp_path=net.inp,
@@ -256,7 +338,7 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> pd.DataFr
         summary={"nodes": net_b.wn.num_nodes, "links": net_b.wn.num_links},
     )
     _add(summary, {"analysis_run": 4})
-    return valve_layer
+    return outcome, valve_layer
 
 
 def _placements(net: _Network, summary: SeedSummary) -> None:

@@ -39,6 +39,9 @@ from queries.models import (
 
 pytestmark = pytest.mark.usefixtures("demo_loaded")
 
+BURST_RUN = "burst-20261101-0800"
+BURST_AT = datetime(2026, 11, 1, 8, tzinfo=UTC)
+
 # Natural keys that stand in for surrogate ids when hashing (ids differ between runs by design).
 NATURAL_KEYS: dict[type[models.Model], tuple[str, ...]] = {
     Project: ("slug",),
@@ -153,23 +156,26 @@ def test_readings_cleaned_vs_monitored_rules(db: None) -> None:
 
 
 def test_spikes_are_far_from_the_model_and_good_values_close(db: None) -> None:
-    """monitored = baseline + noise: good pressure readings stay within a couple of metres of the model
-    baseline at the same 15-minute instant (a despiking filter can miss a spike that lands on a pump
+    """monitored = model + noise, the model being the baseline — or, from the burst to the end of its
+    window, what the burst run computed there: good pressure readings stay within a couple of metres of
+    it at the same 15-minute instant (a despiking filter can miss a spike that lands on a pump
     switching ramp, so allow one in a thousand); removed spikes are several metres away."""
+    burst = AnalysisRun.objects.get(project__slug=DEMO_SLUG, run_id=BURST_RUN)
     with connection.cursor() as cursor:
         cursor.execute(
             """
-            SELECT r.quality, count(*) FILTER (WHERE abs(r.monitored_value - b.pressure) > 2.5), count(*),
-                   min(abs(r.monitored_value - b.pressure))
+            SELECT r.quality, count(*) FILTER (WHERE abs(r.monitored_value - coalesce(a.pressure, b.pressure)) > 2.5),
+                   count(*), min(abs(r.monitored_value - coalesce(a.pressure, b.pressure)))
             FROM queries_scadareading r
             JOIN queries_scadadevice d ON d.id = r.device_id
             JOIN queries_nodebaseline b ON b.project_id = d.project_id AND b.element_type = 'junction'
                  AND b.element_id = d.element_id AND b.time = r.time
-            WHERE d.quantity = 'pressure' AND d.project_id = (SELECT id FROM contexts_project WHERE slug = %s)
-                  AND r.quality IN ('good', 'spike')
+            LEFT JOIN queries_analysisnodeseries a ON a.run_id = %s AND a.element_type = 'junction'
+                 AND a.element_id = d.element_id AND a.time = r.time AND r.time >= %s
+            WHERE d.quantity = 'pressure' AND d.project_id = %s AND r.quality IN ('good', 'spike')
             GROUP BY r.quality
             """,
-            [DEMO_SLUG],
+            [burst.pk, BURST_AT, burst.project_id],
         )
         stats = {q: (far, total, nearest) for q, far, total, nearest in cursor.fetchall()}
     assert stats["good"][0] <= stats["good"][1] / 1000
@@ -262,3 +268,46 @@ def test_seed_demo_twice_yields_identical_data(db: None) -> None:
     after = database_digest()
     assert before[ScadaReading._meta.label][0] > 20000
     assert after == before
+
+
+def _shifts() -> dict[str, tuple[float, float, float]]:
+    """Per pressure device: distance (m) to LINK-1523, and the median of cleaned − baseline before the
+    burst and during it (08:30–17:00), at the baseline's 15-minute instants."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT d.device_id,
+                   ST_Distance(d.location::geography, p.geog),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY r.cleaned_value - b.pressure)
+                       FILTER (WHERE r.time < %s),
+                   percentile_cont(0.5) WITHIN GROUP (ORDER BY r.cleaned_value - b.pressure)
+                       FILTER (WHERE r.time >= %s AND r.time < %s)
+            FROM queries_scadadevice d
+            JOIN queries_pipe p ON p.project_id = d.project_id AND p.element_id = 'LINK-1523'
+            JOIN queries_scadareading r ON r.device_id = d.id AND r.cleaned_value IS NOT NULL
+            JOIN queries_nodebaseline b ON b.project_id = d.project_id AND b.element_type = 'junction'
+                 AND b.element_id = d.element_id AND b.time = r.time
+            WHERE d.quantity = 'pressure' AND d.project_id = (SELECT id FROM contexts_project WHERE slug = %s)
+            GROUP BY d.device_id, p.geog, d.location
+            """,
+            [BURST_AT, BURST_AT + timedelta(minutes=30), BURST_AT + timedelta(hours=9), DEMO_SLUG],
+        )
+        return {dev: (dist, before, during) for dev, dist, before, during in cursor.fetchall()}
+
+
+def test_the_burst_shows_in_the_readings_near_link_1523_only(db: None) -> None:
+    """From 08:00 the transmitters near LINK-1523 read what the burst run computed: their pressure drops
+    more than 1 m below the baseline (beyond their constant bias); devices where the run computed no
+    change (those farther than 15 km) stay where they were."""
+    shifts = _shifts()
+    near = {dev: during - before for dev, (dist, before, during) in shifts.items() if dist <= 1000}
+    assert len(near) >= 3, shifts
+    assert all(drop < -1.0 for drop in near.values()), near
+    far = {dev: during - before for dev, (dist, before, during) in shifts.items() if dist > 15000}
+    assert len(far) >= 3
+    assert all(abs(shift) < 0.3 for shift in far.values()), far
+    burst = AnalysisRun.objects.get(project__slug=DEMO_SLUG, run_id=BURST_RUN)
+    district = ElementGisProperties.objects.get(
+        project__slug=DEMO_SLUG, element_type="pipe", element_id=burst.parameters["pipe_id"]
+    ).district
+    assert district == "Hexi"  # the district the investigation task names

@@ -1,0 +1,128 @@
+"""Result data of the analysis family (list_analysis_runs, get_analysis_run, list_analysis_results,
+query_analysis_series, query_analysis_values).
+
+Runs are what was computed and how it ended; their series are scenario values of the run (origin
+``analysis_run``) — neither measurements nor the model baseline.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from queries.schemas.common import Page, ResultEnvelope
+from queries.schemas.network import ElementType
+
+RunStatusName = Literal["queued", "running", "succeeded", "failed"]
+NodeField = Literal["pressure", "head", "demand", "quality", "leak_demand"]
+LinkField = Literal["flow", "velocity", "headloss", "status", "setting"]
+
+
+class AnalysisRunSummary(BaseModel):
+    """One analysis run as listed: what kind, how it ended, when."""
+
+    run_id: str
+    kind: str
+    status: RunStatusName
+    title: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error_code: str | None = Field(description="EPANET's or the engine's code when the run failed")
+
+
+class AnalysisRunPage(Page[AnalysisRunSummary]):
+    """Runs of the project, newest first (ties by run id)."""
+
+
+class ResultTypeCount(BaseModel):
+    result_type: str
+    count: int
+
+
+class AnalysisRunDetail(AnalysisRunSummary):
+    """One run whole: its parameters and summary, why it failed (if it did), which result types it has
+    and whether it has node/link series to query."""
+
+    parameters: dict[str, Any]
+    summary: dict[str, Any]
+    error_message: str | None
+    result_types: list[ResultTypeCount]
+    has_series: bool
+
+
+class ElementRef(BaseModel):
+    element_type: str
+    element_id: str
+
+
+class AnalysisResultItem(BaseModel):
+    """One result of a run, typed by ``result_type`` (e.g. ``leak``, ``affected_nodes``,
+    ``isolation_segment``) with its payload and the elements it refers to."""
+
+    sequence: int
+    result_type: str
+    payload: dict[str, Any]
+    element_refs: list[ElementRef]
+
+
+class AnalysisResultPage(Page[AnalysisResultItem]):
+    """Results of one run in sequence order, optionally of one ``result_type`` only."""
+
+    run_id: str
+    result_type: str | None
+
+
+class SeriesPoint(BaseModel):
+    time: datetime
+    value: float | None
+
+
+class AnalysisSeriesData(BaseModel):
+    """One field of one element over a time window, as the run computed it (every reported instant in
+    ``[start, end)``)."""
+
+    run_id: str
+    run_status: RunStatusName
+    element_type: ElementType
+    element_id: str
+    field: str
+    points: list[SeriesPoint]
+
+
+class ElementValue(BaseModel):
+    element_id: str
+    value: float | None
+
+
+class AnalysisValuesPage(Page[ElementValue]):
+    """One field of every element of a type at one reported instant of the run (``time``: the run's
+    instant at or before ``requested_time``), ordered by element id."""
+
+    run_id: str
+    element_type: ElementType
+    field: str
+    requested_time: datetime
+    time: datetime | None
+
+
+class AnalysisRunListResult(ResultEnvelope[AnalysisRunPage]):
+    pass
+
+
+class AnalysisRunResult(ResultEnvelope[AnalysisRunDetail]):
+    pass
+
+
+class AnalysisResultListResult(ResultEnvelope[AnalysisResultPage]):
+    pass
+
+
+class AnalysisSeriesResult(ResultEnvelope[AnalysisSeriesData]):
+    pass
+
+
+class AnalysisValuesResult(ResultEnvelope[AnalysisValuesPage]):
+    pass

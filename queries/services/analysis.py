@@ -1,0 +1,344 @@
+"""The analysis family: analysis runs, their typed results, and their node/link series.
+
+Every lookup goes through the run, scoped to the caller's project (``run__project_id``): a run of another
+project is "not found", like a missing one. Series are the run's scenario values (``origin=analysis_run``),
+never measurements and never the model baseline. A run that failed (or has not finished) has no series:
+asking for them is answered with ``AnalysisRunWithoutSeries`` naming the run's status and error code,
+so an empty answer never reads as "the scenario changed nothing". Legacy features a caller may name in
+``result_type`` or ``field`` (water age, pipeline health) are a ``CapabilityGap`` (``queries.legacy``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+
+from contexts.errors import AnalysisRunWithoutSeries, InvalidParameter, LimitExceeded, NotFound
+from contexts.scope import QueryScope
+from queries.legacy import refuse_unavailable
+from queries.models import (
+    ELEMENT_MODELS,
+    NODE_TYPES,
+    AnalysisLinkSeries,
+    AnalysisNodeSeries,
+    AnalysisResult,
+    AnalysisRun,
+)
+from queries.plan import Plan, count_of, service
+from queries.schemas.analysis import (
+    AnalysisResultItem,
+    AnalysisResultListResult,
+    AnalysisResultPage,
+    AnalysisRunDetail,
+    AnalysisRunListResult,
+    AnalysisRunPage,
+    AnalysisRunResult,
+    AnalysisRunSummary,
+    AnalysisSeriesData,
+    AnalysisSeriesResult,
+    AnalysisValuesPage,
+    AnalysisValuesResult,
+    ElementRef,
+    ElementValue,
+    ResultTypeCount,
+    SeriesPoint,
+)
+from queries.schemas.common import DataGap, PageRequest, TimeWindow
+
+SOURCE = "analysis_runs"
+MAX_RUN_PAGE = 100  # R-PAGE-1: analysis runs page at most 100
+MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
+MAX_POINTS = 10000  # R-PAGE-2
+NODE_FIELDS = ("pressure", "head", "demand", "quality", "leak_demand")
+LINK_FIELDS = ("flow", "velocity", "headloss", "status", "setting")
+UNITS = {
+    "pressure": "m",
+    "head": "m",
+    "demand": "m3/s",
+    "leak_demand": "m3/s",
+    "flow": "m3/s",
+    "velocity": "m/s",
+    "headloss": "m/m (pipes), m (pumps, valves)",
+    "status": "0 closed, 1 open, 2 active",
+}
+_SUMMARY_FIELDS = ("run_id", "kind", "status", "title", "created_at", "started_at", "finished_at", "error_code")
+
+
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
+    return {**{k: row[k] for k in _SUMMARY_FIELDS}, "error_code": row["error_code"] or None}
+
+
+def _runs(scope: QueryScope, run_id: str) -> QuerySet[AnalysisRun]:
+    return AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)
+
+
+def _check_field(element_type: str, field: str) -> type[AnalysisNodeSeries] | type[AnalysisLinkSeries]:
+    """The series model of ``element_type``; ``field`` must be one of its fields."""
+    refuse_unavailable(field)
+    if element_type not in ELEMENT_MODELS:
+        raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
+    fields = NODE_FIELDS if element_type in NODE_TYPES else LINK_FIELDS
+    if field not in fields:
+        raise InvalidParameter(f"field of a {element_type} must be one of {', '.join(fields)}.")
+    return AnalysisNodeSeries if element_type in NODE_TYPES else AnalysisLinkSeries
+
+
+def require_series(run_id: str, row: dict[str, Any]) -> None:
+    if row["status"] != "succeeded":
+        reason = f" ({row['error_code']}: {row['error_message']})" if row["error_code"] else ""
+        raise AnalysisRunWithoutSeries(
+            f"Analysis run {run_id} is {row['status']}{reason}; it has no series to read.",
+            details={"run_id": run_id, "run_status": row["status"], "error_code": row["error_code"] or None},
+        )
+
+
+def series_span(model: type[AnalysisNodeSeries] | type[AnalysisLinkSeries], element_type: str) -> dict[str, Any]:
+    """Annotations on a run row: the first and last instant of its series of ``element_type`` (each an
+    index probe on ``(run, element_type, time)``)."""
+    of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type)
+    return {
+        "first_time": Subquery(of_type.order_by("time").values("time")[:1]),
+        "last_time": Subquery(of_type.order_by("-time").values("time")[:1]),
+    }
+
+
+def _span_gap(row: dict[str, Any], what: str, start: datetime, end: datetime) -> DataGap:
+    """The requested window has no values of the run: say where the run's series are instead."""
+    if row["first_time"] is None:
+        covered = f"the run has no {what} series at all"
+    else:
+        covered = f"its {what} series cover {row['first_time']:%Y-%m-%dT%H:%MZ} to {row['last_time']:%Y-%m-%dT%H:%MZ}"
+    return DataGap(
+        start=start.astimezone(UTC), end=end.astimezone(UTC), reason=f"No values of the run here; {covered}."
+    )
+
+
+@service
+def list_analysis_runs(*, scope: QueryScope, page: PageRequest) -> Plan[AnalysisRunListResult]:
+    """One page of the project's analysis runs, newest first (two queries: count, page)."""
+    if page.limit > MAX_RUN_PAGE:
+        raise LimitExceeded(f"limit for analysis runs must be at most {MAX_RUN_PAGE}.")
+    base = AnalysisRun.objects.filter(project_id=scope.project_id)
+    total = yield count_of(base)
+    rows = yield base.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)[page.offset : page.offset + page.limit]
+    items = [AnalysisRunSummary(**_summary(r)) for r in rows]
+    data = AnalysisRunPage(
+        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
+    )
+    return AnalysisRunListResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/analysis-runs",
+        queried_at=datetime.now(UTC),
+        origin="analysis_run",
+        data=data,
+        page=data.info(),
+    )
+
+
+@service
+def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResult]:
+    """One run whole, with the result types it holds and whether it has series (one query)."""
+    rows = yield (
+        _runs(scope, run_id)
+        .annotate(
+            has_nodes=Exists(AnalysisNodeSeries.objects.filter(run_id=OuterRef("pk"))),
+            has_links=Exists(AnalysisLinkSeries.objects.filter(run_id=OuterRef("pk"))),
+            types=Subquery(
+                AnalysisResult.objects.filter(run_id=OuterRef("pk"))
+                .order_by()
+                .values("run_id")
+                .annotate(t=ArrayAgg("result_type", order_by="result_type"))
+                .values("t")[:1]
+            ),
+        )
+        .values(*_SUMMARY_FIELDS, "parameters", "summary", "error_message", "has_nodes", "has_links", "types")[:1]
+    )
+    if not rows:
+        raise NotFound("No analysis run with that id in this project.")
+    row = rows[0]
+    counts: dict[str, int] = {}
+    for t in row["types"] or []:
+        counts[t] = counts.get(t, 0) + 1
+    return AnalysisRunResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/analysis-runs/{run_id}",
+        queried_at=datetime.now(UTC),
+        origin="analysis_run",
+        data=AnalysisRunDetail(
+            **_summary(row),
+            parameters=row["parameters"],
+            summary=row["summary"],
+            error_message=row["error_message"] or None,
+            result_types=[ResultTypeCount(result_type=t, count=n) for t, n in counts.items()],
+            has_series=bool(row["has_nodes"] or row["has_links"]),
+        ),
+    )
+
+
+@service
+def list_analysis_results(
+    *, scope: QueryScope, run_id: str, result_type: str | None, page: PageRequest
+) -> Plan[AnalysisResultListResult]:
+    """One page of a run's results in sequence order, optionally of one ``result_type`` (two queries:
+    the run with the matching count, then the page)."""
+    refuse_unavailable(result_type)
+    matching = Q(results__result_type=result_type) if result_type else Q()
+    runs = yield _runs(scope, run_id).annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
+    if not runs:
+        raise NotFound("No analysis run with that id in this project.")
+    run = runs[0]
+    results = AnalysisResult.objects.filter(run_id=run["pk"])
+    if result_type:
+        results = results.filter(result_type=result_type)
+    rows = yield results.order_by("sequence").values("sequence", "result_type", "payload", "element_refs")[
+        page.offset : page.offset + page.limit
+    ]
+    items = [
+        AnalysisResultItem(
+            sequence=r["sequence"],
+            result_type=r["result_type"],
+            payload=r["payload"],
+            element_refs=[ElementRef.model_validate(e) for e in r["element_refs"]],
+        )
+        for r in rows
+    ]
+    total = int(run["n"])
+    data = AnalysisResultPage(
+        items=items,
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+        has_more=page.offset + len(items) < total,
+        run_id=run_id,
+        result_type=result_type,
+    )
+    return AnalysisResultListResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/analysis-runs/{run_id}/results",
+        queried_at=datetime.now(UTC),
+        origin="analysis_run",
+        data=data,
+        page=data.info(),
+    )
+
+
+def _check_window(start: datetime, end: datetime) -> None:
+    if start.tzinfo is None or end.tzinfo is None:
+        raise InvalidParameter("start and end must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
+    if end <= start:
+        raise InvalidParameter("end must be after start.")
+    if end - start > MAX_WINDOW:
+        raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
+
+
+@service
+def query_analysis_series(
+    *,
+    scope: QueryScope,
+    run_id: str,
+    element_type: str,
+    element_id: str,
+    field: str,
+    start: datetime,
+    end: datetime,
+) -> Plan[AnalysisSeriesResult]:
+    """One field of one element over ``[start, end)`` as the run computed it (two queries: the run with
+    the element's existence and the run's series span, then the points)."""
+    model = _check_field(element_type, field)
+    _check_window(start, end)
+    element = ELEMENT_MODELS[element_type].objects.filter(project_id=scope.project_id, element_id=element_id)
+    runs = yield (
+        _runs(scope, run_id)
+        .annotate(element_exists=Exists(element), **series_span(model, element_type))
+        .values("pk", "status", "error_code", "error_message", "element_exists", "first_time", "last_time")[:1]
+    )
+    if not runs:
+        raise NotFound("No analysis run with that id in this project.")
+    run = runs[0]
+    if not run["element_exists"]:
+        raise NotFound(f"No {element_type} with that id in this project.")
+    require_series(run_id, run)
+    rows = yield (
+        model.objects.filter(
+            run_id=run["pk"], element_type=element_type, element_id=element_id, time__gte=start, time__lt=end
+        )
+        .order_by("time")
+        .values_list("time", field)[: MAX_POINTS + 1]
+    )
+    if len(rows) > MAX_POINTS:
+        raise LimitExceeded(f"More than {MAX_POINTS} points in the window; narrow start/end.")
+    gaps = [] if rows else [_span_gap(run, element_type, start, end)]
+    return AnalysisSeriesResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/analysis-runs/{run_id}/{element_type}/{element_id}/{field}",
+        queried_at=datetime.now(UTC),
+        origin="analysis_run",
+        data=AnalysisSeriesData(
+            run_id=run_id,
+            run_status=run["status"],
+            element_type=element_type,  # type: ignore[arg-type]  # checked by _check_field
+            element_id=element_id,
+            field=field,
+            points=[SeriesPoint(time=t, value=v) for t, v in rows],
+        ),
+        window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
+        units={field: UNITS[field]} if field in UNITS else {},
+        data_gaps=gaps,
+    )
+
+
+@service
+def query_analysis_values(
+    *, scope: QueryScope, run_id: str, element_type: str, field: str, time: datetime, page: PageRequest
+) -> Plan[AnalysisValuesResult]:
+    """One field of every element of a type at the run's reported instant at or before ``time``, one
+    page ordered by element id (three queries: the run with that instant, the count, the page)."""
+    model = _check_field(element_type, field)
+    if time.tzinfo is None:
+        raise InvalidParameter("time must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
+    of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type, time__lte=time)
+    runs = yield (
+        _runs(scope, run_id)
+        .annotate(at=Subquery(of_type.order_by("-time").values("time")[:1]), **series_span(model, element_type))
+        .values("pk", "status", "error_code", "error_message", "at", "first_time", "last_time")[:1]
+    )
+    if not runs:
+        raise NotFound("No analysis run with that id in this project.")
+    run = runs[0]
+    require_series(run_id, run)
+    at: datetime | None = run["at"]
+    if at is not None and run["last_time"] is not None and time > run["last_time"]:
+        at = None  # after the run's last instant: no value, not the last one held forever
+    total, rows = 0, []
+    if at is not None:
+        base = model.objects.filter(run_id=run["pk"], element_type=element_type, time=at)
+        total = yield count_of(base)
+        rows = yield base.order_by("element_id").values_list("element_id", field)[
+            page.offset : page.offset + page.limit
+        ]
+    items = [ElementValue(element_id=e, value=v) for e, v in rows]
+    data = AnalysisValuesPage(
+        items=items,
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+        has_more=page.offset + len(items) < total,
+        run_id=run_id,
+        element_type=element_type,  # type: ignore[arg-type]  # checked by _check_field
+        field=field,
+        requested_time=time.astimezone(UTC),
+        time=at,
+    )
+    return AnalysisValuesResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/analysis-runs/{run_id}/{element_type}/{field}",
+        queried_at=datetime.now(UTC),
+        origin="analysis_run",
+        data=data,
+        units={field: UNITS[field]} if field in UNITS else {},
+        page=data.info(),
+        data_gaps=[] if at is not None else [_span_gap(run, element_type, time, time)],
+    )

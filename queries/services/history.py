@@ -1,0 +1,338 @@
+"""query_element_history (R-PAGE-3): what was measured at some elements, beside what a model says.
+
+Modes:
+
+- ``observed`` — the measured (``monitored_value``) and cleaned (``cleaned_value``) series of every SCADA
+  device installed on the given elements, quality flags kept;
+- ``realtime_comparison`` — the same, plus the model baseline of those elements (``simulation.view``);
+- ``analysis_comparison`` — the same, plus the series of the analysis run ``run_id`` for those elements
+  (``simulation.view``).
+
+The model field is the one a device measures there: pressure at nodes (at a tank EPANET's pressure is
+the water level above the tank bottom, what a level transmitter reads), flow in links.
+
+All series are paged together by ONE ``UNION ALL`` statement with one global, stable order — SCADA
+series by device id (C collation), measured before cleaned, then the model series by element type and
+element id (C collation), every series in time order — and a global LIMIT/OFFSET that reads one row
+more than the page to tell ``has_more`` (``total`` is null: the union is not counted). Reading the
+pages in turn yields exactly the concatenation of the series in that order.
+
+Input: ``elements`` = 1–20 ``{element_type, element_id}`` of the bound project (a missing one is "not
+found"), a window of at most 24 h with timezones, ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from django.db.models import CharField, F, FloatField, IntegerField, Q, QuerySet, Value
+from django.db.models.functions import Cast, Collate
+
+from contexts.errors import InvalidParameter, LimitExceeded, NotFound
+from contexts.scope import QueryScope
+from queries.models import (
+    ELEMENT_MODELS,
+    NODE_TYPES,
+    AnalysisLinkSeries,
+    AnalysisNodeSeries,
+    AnalysisRun,
+    LinkBaseline,
+    NodeBaseline,
+    ScadaDevice,
+    ScadaReading,
+)
+from queries.plan import Plan, service
+from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow
+from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
+from queries.services.analysis import require_series, series_span
+
+SOURCE = "element_history"
+SIMULATION_VIEW = "simulation.view"
+MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
+MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
+MAX_DEVICES = 100  # devices on the requested elements (a handful each at most, in practice)
+DEFAULT_POINTS = 50
+MAX_POINTS = 500
+MODES = ("observed", "realtime_comparison", "analysis_comparison")
+UNITS = {"pressure": "m", "flow": "m3/s", "level": "m"}
+C = "C"  # byte-order collation: the same order on every database, whatever its default collation
+
+# The union's columns, identical in every branch (names and order): the first six are the sort key.
+COLUMNS = ("h_part", "h_key", "h_rank", "h_type", "h_id", "h_time", "h_value", "h_quality")
+ORDER = COLUMNS[:6]
+RAW, CLEANED, MODEL = 0, 1, 2
+
+
+def _int(value: int) -> Cast:
+    """A typed integer literal: the MCP executor binds parameters server-side, where an untyped
+    parameter in a UNION select list cannot be resolved."""
+    return Cast(Value(value), output_field=IntegerField())
+
+
+def _model_field(element_type: str) -> str:
+    return "pressure" if element_type in NODE_TYPES else "flow"
+
+
+def _pairs(keys: Sequence[ElementKey]) -> Q:
+    """``(type = t AND id IN (…)) OR …`` over the requested elements, grouped by type."""
+    by_type: dict[str, list[str]] = {}
+    for k in keys:
+        by_type.setdefault(k.element_type, []).append(k.element_id)
+    return reduce(or_, (Q(element_type=t, element_id__in=ids) for t, ids in by_type.items()))
+
+
+def _scada_branch(
+    scope: QueryScope, device_pks: Sequence[int], start: datetime, end: datetime, rank: int
+) -> QuerySet[Any]:
+    value = "monitored_value" if rank == RAW else "cleaned_value"
+    return (
+        ScadaReading.objects.filter(
+            device_id__in=device_pks, device__project_id=scope.project_id, time__gte=start, time__lt=end
+        )
+        .annotate(
+            h_part=_int(0),
+            h_key=Collate(F("device__device_id"), C),
+            h_rank=_int(rank),
+            h_type=Collate(F("device__element_type"), C),
+            h_id=Collate(F("device__element_id"), C),
+            h_time=F("time"),
+            h_value=F(value),
+            h_quality=Cast(F("quality"), output_field=CharField(max_length=16)),
+        )
+        .order_by()
+        .values(*COLUMNS)
+    )
+
+
+def _model_branch(base: QuerySet[Any], keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
+    field = _model_field(keys[0].element_type)
+    return (
+        base.filter(_pairs(keys), time__gte=start, time__lt=end)
+        .annotate(
+            h_part=_int(1),
+            h_key=Collate(Cast(Value(""), output_field=CharField()), C),
+            h_rank=_int(MODEL),
+            h_type=Collate(F("element_type"), C),
+            h_id=Collate(F("element_id"), C),
+            h_time=F("time"),
+            h_value=Cast(F(field), output_field=FloatField()),
+            h_quality=Cast(Value(None), output_field=CharField(max_length=16)),  # typed NULL: no SCADA flag
+        )
+        .order_by()
+        .values(*COLUMNS)
+    )
+
+
+def _validate(
+    scope: QueryScope, elements: Sequence[ElementKey], start: datetime, end: datetime, mode: str, run_id: str | None
+) -> None:
+    if mode not in MODES:
+        raise InvalidParameter(f"mode must be one of {', '.join(MODES)}.")
+    if mode != "observed":
+        # R-TOOL: the comparison modes also read simulation data, so they need its permission too.
+        scope.require(SIMULATION_VIEW)
+    if mode == "analysis_comparison" and not run_id:
+        raise InvalidParameter("mode analysis_comparison needs run_id (list_analysis_runs lists them).")
+    if mode != "analysis_comparison" and run_id:
+        raise InvalidParameter("run_id applies only to mode analysis_comparison.")
+    if not 1 <= len(elements) <= MAX_ELEMENTS:
+        raise LimitExceeded(f"elements must name 1 to {MAX_ELEMENTS} elements; split the request.")
+    if len({(k.element_type, k.element_id) for k in elements}) != len(elements):
+        raise InvalidParameter("elements must not repeat an element.")
+    for k in elements:
+        if k.element_type not in ELEMENT_MODELS:
+            raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
+    if start.tzinfo is None or end.tzinfo is None:
+        raise InvalidParameter("start and end must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
+    if end <= start:
+        raise InvalidParameter("end must be after start.")
+    if end - start > MAX_WINDOW:
+        raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
+
+
+def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> QuerySet[Any]:
+    """The requested elements that exist in the project: one statement (a UNION ALL over their types)."""
+    by_type: dict[str, list[str]] = {}
+    for k in elements:
+        by_type.setdefault(k.element_type, []).append(k.element_id)
+    parts = [
+        ELEMENT_MODELS[t]
+        .objects.filter(project_id=scope.project_id, element_id__in=ids)
+        .annotate(e_type=Cast(Value(t), output_field=CharField()), e_id=F("element_id"))
+        .order_by()
+        .values_list("e_type", "e_id")
+        for t, ids in by_type.items()
+    ]
+    first, *rest = parts
+    return (first.union(*rest, all=True) if rest else first)[: MAX_ELEMENTS + 1]
+
+
+def _measured_gaps(points: Sequence[HistoryPoint], interval_s: dict[str, int]) -> list[DataGap]:
+    """Runs of slots in this page where a device sent nothing (measured value null): reported, never
+    filled. ``end`` is exclusive (the slot after the last missing one)."""
+    gaps: list[DataGap] = []
+    run: list[HistoryPoint] = []
+
+    def close() -> None:
+        if run:
+            step = timedelta(seconds=interval_s.get(run[0].device_id or "", 300))
+            gaps.append(
+                DataGap(
+                    start=run[0].time,
+                    end=run[-1].time + step,
+                    reason=f"Device {run[0].device_id}: nothing received ({len(run)} slot(s)); not filled.",
+                )
+            )
+            run.clear()
+
+    for p in points:
+        if p.origin == "measured" and p.value is None:
+            if run and (run[-1].device_id != p.device_id):
+                close()
+            run.append(p)
+        else:
+            close()
+    close()
+    return gaps
+
+
+@service
+def query_element_history(
+    *,
+    scope: QueryScope,
+    elements: Sequence[ElementKey],
+    start: datetime,
+    end: datetime,
+    mode: str,
+    run_id: str | None = None,
+    page: PageRequest,
+) -> Plan[ElementHistoryResult]:
+    """One page of the elements' history in the global order of R-PAGE-3 (three queries: the elements,
+    their devices, the UNION ALL page; ``analysis_comparison`` adds one for the run)."""
+    _validate(scope, elements, start, end, mode, run_id)
+    found = yield _existing(scope, elements)
+    missing = sorted({(k.element_type, k.element_id) for k in elements} - {tuple(r) for r in found})
+    if missing:
+        t, i = missing[0]
+        raise NotFound(f"No {t} {i} in this project.")
+
+    run: dict[str, Any] | None = None
+    if mode == "analysis_comparison":
+        span_model = AnalysisNodeSeries if elements[0].element_type in NODE_TYPES else AnalysisLinkSeries
+        runs = yield (
+            AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)
+            .annotate(**series_span(span_model, elements[0].element_type))
+            .values("pk", "status", "error_code", "error_message", "first_time", "last_time")[:1]
+        )
+        if not runs:
+            raise NotFound("No analysis run with that id in this project.")
+        run = runs[0]
+        require_series(str(run_id), run)
+
+    devices = yield (
+        ScadaDevice.objects.filter(_pairs(elements), project_id=scope.project_id)
+        .order_by("device_id")
+        .values("pk", "device_id", "quantity", "unit", "element_type", "element_id", "sample_interval_s")[
+            : MAX_DEVICES + 1
+        ]
+    )
+    if len(devices) > MAX_DEVICES:
+        raise LimitExceeded(f"More than {MAX_DEVICES} devices on these elements; name fewer elements.")
+
+    branches: list[QuerySet[Any]] = []
+    pks = [d["pk"] for d in devices]
+    if pks:
+        branches += [_scada_branch(scope, pks, start, end, RAW), _scada_branch(scope, pks, start, end, CLEANED)]
+    if mode != "observed":
+        nodes = [k for k in elements if k.element_type in NODE_TYPES]
+        links = [k for k in elements if k.element_type not in NODE_TYPES]
+        if mode == "realtime_comparison":
+            node_base: QuerySet[Any] = NodeBaseline.objects.filter(project_id=scope.project_id)
+            link_base: QuerySet[Any] = LinkBaseline.objects.filter(project_id=scope.project_id)
+        else:
+            assert run is not None
+            node_base = AnalysisNodeSeries.objects.filter(run_id=run["pk"])
+            link_base = AnalysisLinkSeries.objects.filter(run_id=run["pk"])
+        if nodes:
+            branches.append(_model_branch(node_base, nodes, start, end))
+        if links:
+            branches.append(_model_branch(link_base, links, start, end))
+
+    rows: list[dict[str, Any]] = []
+    if branches:
+        first, *rest = branches
+        union = first.union(*rest, all=True) if rest else first
+        rows = yield union.order_by(*ORDER)[page.offset : page.offset + page.limit + 1]
+    has_more = len(rows) > page.limit
+    rows = rows[: page.limit]
+
+    by_device = {d["device_id"]: d for d in devices}
+    model_origin = "model_baseline" if mode == "realtime_comparison" else "analysis_run"
+    points = [
+        HistoryPoint(
+            origin=("measured", "cleaned", model_origin)[r["h_rank"]],  # type: ignore[arg-type]
+            device_id=r["h_key"] if r["h_part"] == 0 else None,
+            element_type=r["h_type"],
+            element_id=r["h_id"],
+            field=by_device[r["h_key"]]["quantity"] if r["h_part"] == 0 else _model_field(r["h_type"]),
+            time=r["h_time"],
+            value=r["h_value"],
+            quality=r["h_quality"],
+        )
+        for r in rows
+    ]
+
+    gaps = [
+        DataGap(start=start, end=end, reason=f"No SCADA device on {k.element_type} {k.element_id}: nothing measured.")
+        for k in elements
+        if not any(d["element_type"] == k.element_type and d["element_id"] == k.element_id for d in devices)
+    ]
+    gaps += _measured_gaps(points, {d["device_id"]: d["sample_interval_s"] for d in devices})
+    if run is not None and run["first_time"] is not None and (start < run["first_time"] or end > run["last_time"]):
+        gaps.append(
+            DataGap(
+                start=start,
+                end=end,
+                reason=f"The analysis run's series cover {run['first_time']:%Y-%m-%dT%H:%MZ} to "
+                f"{run['last_time']:%Y-%m-%dT%H:%MZ} only; outside that the run has no values.",
+            )
+        )
+    truncated = has_more and page.offset + page.limit > MAX_OFFSET
+    if truncated:
+        gaps.append(
+            DataGap(
+                reason=f"More points follow beyond offset {MAX_OFFSET}, which paging cannot reach: narrow the "
+                "window or name fewer elements to read them."
+            )
+        )
+
+    data = ElementHistoryPage(
+        items=points,
+        total=None,
+        limit=page.limit,
+        offset=page.offset,
+        has_more=has_more,
+        mode=mode,  # type: ignore[arg-type]  # checked by _validate
+        run_id=run_id,
+        elements=list(elements),
+        devices=[HistoryDevice(**{k: d[k] for k in HistoryDevice.model_fields}) for d in devices],
+    )
+    fields = {d["quantity"] for d in devices} | (
+        {_model_field(k.element_type) for k in elements} if mode != "observed" else set()
+    )
+    return ElementHistoryResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/element-history/{mode}" + (f"/{run_id}" if run_id else ""),
+        queried_at=datetime.now(UTC),
+        origin="measured",
+        data=data,
+        window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
+        units={f: UNITS[f] for f in sorted(fields) if f in UNITS},
+        page=PageInfo(total=None, limit=page.limit, offset=page.offset, has_more=has_more),
+        truncated=truncated,
+        data_gaps=gaps,
+    )
