@@ -9,6 +9,11 @@ Every error is JSON ``{"code", "message", "retryable"[, "details"]}`` with a sta
 one place. Django's request logger would write the request path of a 4xx response — which for DELETE
 contains the handle — so these views mark their responses as already logged and log a sanitized line
 of their own instead.
+
+Failures of the service itself are JSON too, never Django's HTML page and never exception text:
+PostgreSQL unreachable (connection refused, a pool checkout that times out — ``TJWATER_DB_POOL_TIMEOUT_S``,
+a dropped connection) → 503 ``DATA_SOURCE_UNAVAILABLE`` (retryable, ``Retry-After``); anything else
+unexpected → 500 ``INTERNAL_ERROR`` (not retryable), its traceback written to the server log only.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
+from django.db import InterfaceError, OperationalError
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,13 +39,29 @@ from contexts.authentication import (
     TokenUser,
     bearer_challenge,
 )
-from contexts.errors import ApplicationError
+from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.models import ContextPurpose
 from contexts.tokens import VerifiedToken
 
 logger = logging.getLogger(__name__)
 
 AUTH_RETRY_AFTER_S = 5
+RETRY_AFTER_S = 5  # on every retryable application error (DATA_SOURCE_UNAVAILABLE, RATE_LIMITED, …)
+# What an unreachable database raises: Django's wrappers, and psycopg's own classes should one escape
+# unwrapped (psycopg_pool.PoolTimeout, a checkout that timed out, is a psycopg.OperationalError).
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+# The error body of every failure, for the OpenAPI document.
+ERROR_BODY = inline_serializer(
+    "ApiError",
+    {
+        "code": serializers.CharField(),
+        "message": serializers.CharField(),
+        "retryable": serializers.BooleanField(),
+        "details": serializers.DictField(required=False),
+    },
+)
 
 
 class ContextApiView(APIView):
@@ -48,7 +72,18 @@ class ContextApiView(APIView):
     def handle_exception(self, exc: Exception) -> Response:
         response = _error_response(exc)
         if response is None:
-            raise exc
+            # Unexpected: the traceback to the server log (the path is never part of the message),
+            # a fixed JSON body to the client.
+            logger.error(
+                "context api internal error method=%s exception=%s",
+                self.request.method if self.request is not None else "?",
+                type(exc).__name__,
+                exc_info=exc,
+            )
+            response = Response(
+                _body("INTERNAL_ERROR", "The server failed to complete the request."),
+                status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+            )
         logger.info(
             "context api refused method=%s status=%s code=%s",
             self.request.method if self.request is not None else "?",
@@ -78,10 +113,16 @@ def _body(code: str, message: str, *, retryable: bool = False, details: Any = No
 
 
 def _error_response(exc: Exception) -> Response | None:
-    """Map an exception to the API's JSON error; ``None`` for anything unexpected (a 500, logged by
-    Django without the request body)."""
+    """Map an exception to the API's JSON error; ``None`` for anything unexpected (the caller answers
+    500 ``INTERNAL_ERROR`` and logs the traceback)."""
+    if isinstance(exc, DATABASE_UNAVAILABLE):
+        logger.warning("context api: database unavailable (%s)", type(exc).__name__)
+        exc = DataSourceUnavailable()
     if isinstance(exc, ApplicationError):
-        return Response(exc.as_dict(), status=exc.http_status)
+        response = Response(exc.as_dict(), status=exc.http_status)
+        if exc.retryable:
+            response["Retry-After"] = str(RETRY_AFTER_S)
+        return response
     if isinstance(exc, InvalidTokenFailed):
         response = Response(_body("INVALID_TOKEN", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
         response["WWW-Authenticate"] = bearer_challenge("invalid_token")
@@ -143,6 +184,12 @@ class ContextCreateApi(ContextApiView):
         project = serializers.CharField()
         tools = serializers.ListField(child=serializers.CharField())
 
+    @extend_schema(
+        operation_id="context_create",
+        tags=["contexts"],
+        request=InputSerializer,
+        responses={201: OutputSerializer, **{code: OpenApiResponse(ERROR_BODY) for code in (400, 401, 403, 404, 503)}},
+    )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -170,6 +217,11 @@ class ContextDeleteApi(ContextApiView):
     verified token of the owner (same issuer, subject and client) may do it — revoking must not need
     more than the caller already had; everyone else gets 404."""
 
+    @extend_schema(
+        operation_id="context_delete",
+        tags=["contexts"],
+        responses={204: None, **{code: OpenApiResponse(ERROR_BODY) for code in (401, 404, 503)}},
+    )
     def delete(self, request: Request, handle: str) -> Response:
         services.context_revoke_owned(handle=handle, token=self.verified_token(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -124,13 +124,16 @@ def discovery_document() -> dict[str, Any]:
     }
 
 
-def mint_token(*, subject: str, client_id: str, scopes: list[str], ttl_s: int = 3600) -> str:
-    """Sign an access token for ``subject`` as seen by client ``client_id`` (the ``azp`` claim)."""
+def mint_token(
+    *, subject: str, client_id: str, scopes: list[str], ttl_s: int = 3600, audience: str | None = None
+) -> str:
+    """Sign an access token for ``subject`` as seen by client ``client_id`` (the ``azp`` claim), for the
+    MCP audience unless another (e.g. ``TJWATER_API_AUDIENCE``) is named."""
     now = int(time.time())
     claims = {
         "iss": issuer_id(),
         "sub": subject,
-        "aud": [settings.TJWATER_MCP_AUDIENCE],
+        "aud": [audience or settings.TJWATER_MCP_AUDIENCE],
         "azp": client_id,
         "scope": " ".join(scopes),
         "iat": now,

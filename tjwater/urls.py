@@ -3,7 +3,10 @@
 
 from django.conf import settings
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
+from django.views import defaults
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from contexts import dev_issuer
 from tjwater.health import healthz
@@ -11,6 +14,9 @@ from tjwater.health import healthz
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("contexts.urls")),
+    path("api/v1/projects/<slug:project>/", include("queries.api")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
     path("admin/", admin.site.urls),
     # The embedded dev issuer (R-AUTH-6); the views answer 404 unless TJWATER_DEV_ISSUER is on.
     path("dev-issuer/.well-known/openid-configuration", dev_issuer.discovery_view, name="dev-issuer-discovery"),
@@ -31,3 +37,30 @@ elif not settings.DEBUG:
     from tjwater.oidc import admin_login_disabled
 
     urlpatterns = [path("admin/login/", admin_login_disabled, name="tjwater_admin_login"), *urlpatterns]
+
+
+# Outside DEBUG, errors that escape a view (or never reach one) are answered by these. Under /api/ the
+# body is the API's JSON error shape, never an HTML page or a trace; elsewhere (admin) Django's pages.
+API_PREFIX = "/api/"
+
+
+def _api_error(status: int, code: str, message: str) -> JsonResponse:
+    response = JsonResponse({"code": code, "message": message, "retryable": False}, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if request.path.startswith(API_PREFIX):
+        return _api_error(404, "NOT_FOUND", "No such resource.")
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith(API_PREFIX):
+        return _api_error(500, "INTERNAL_ERROR", "The server failed to complete the request.")
+    return defaults.server_error(request)
+
+
+handler404 = not_found
+handler500 = server_error

@@ -1,0 +1,324 @@
+"""The REST read API: every query service under ``/api/v1/projects/{project}/…`` (SPEC acceptance 8).
+
+Same data, same permissions as ``/mcp``: each route is one registry tool (``ROUTES``, paths modelled on
+seed 001's legacy table), its arguments are checked against that tool's own input schema (the wire
+contract, minus ``context_handle``), the caller's scope comes from the live membership
+(``contexts.rest.member_scope``), ``queries.access`` decides whether the tool may be used — the gate the
+MCP dispatch path uses — and the service plan runs with ``run_sync`` inside a read-only transaction
+under the query budget. The body is the service's envelope exactly as MCP's ``structuredContent``
+(without MCP's 12000-byte inline cut, which exists for a model's context window). REST never calls MCP.
+
+Errors are the application error bodies ``{code, message, retryable[, details]}`` with the HTTP status
+of their class; a tool the caller may not use is 403 ``PERMISSION_DENIED`` (MCP renders the same
+decision as "Unknown tool", R-PROTO-3). Task-scoped tools (task context and evidence) need a context
+binding and are not on REST.
+
+OpenAPI 3.1 comes from drf-spectacular (``/api/schema/``, browsable at ``/api/docs/``): each route's
+parameters are derived from the tool's input schema and its responses from the Pydantic result model.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.urls import path, register_converter
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiParameter
+from jsonschema import Draft202012Validator
+from referencing import Registry
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from contexts.api import ContextApiView
+from contexts.errors import ApplicationError, InvalidParameter
+from contexts.rest import ApiBearerAuthentication, member_scope
+from queries.access import require_tool
+from queries.arguments import bad_text_path
+from queries.plan import run_sync
+from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
+
+logger = logging.getLogger("tjwater.api")
+
+ELEMENT_TYPES = ("junction", "pipe", "valve", "pump", "tank", "reservoir")
+
+
+class ElementTypes:
+    """``pipes`` in a path → ``pipe`` (the legacy paths name element types in the plural)."""
+
+    regex = "(?:junction|pipe|valve|pump|tank|reservoir)s"
+
+    def to_python(self, value: str) -> str:
+        return value[:-1]
+
+    def to_url(self, value: str) -> str:
+        return f"{value}s"
+
+
+register_converter(ElementTypes, "element_types")
+
+
+@dataclass(frozen=True)
+class Route:
+    tool: str
+    path: str  # under /api/v1/projects/<project>/
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("get_element_properties", "<element_types:element_type>/properties"),
+    Route("list_elements", "<element_types:element_type>"),
+    Route("get_network_options", "network-options/<str:kind>"),
+    Route("get_network_schema", "network-schemas/<str:kind>"),
+    Route("query_nearby_elements", "spatial/nearby"),
+    Route("get_element_gis_properties", "gis/elements/<str:element_type>/<str:element_id>"),
+    Route("get_source_gis_properties", "gis/layers/<str:layer_key>/features/<str:source_fid>"),
+    Route("list_scada_devices", "scada-devices"),
+    Route("get_scada_device", "scada-devices/<str:device_id>"),
+    Route("query_scada_readings", "timeseries/scada-readings"),
+    Route("query_model_baseline_series", "timeseries/baseline/series"),
+    Route("get_model_baseline_at_time", "timeseries/baseline/at-time"),
+    Route("query_model_baseline_field", "timeseries/baseline/records"),
+    Route("list_analysis_runs", "analysis/runs"),
+    Route("get_analysis_run", "analysis/runs/<str:run_id>"),
+    Route("list_analysis_results", "analysis/runs/<str:run_id>/results"),
+    Route("query_analysis_series", "timeseries/analysis/runs/<str:run_id>/series"),
+    Route("query_analysis_values", "timeseries/analysis/runs/<str:run_id>/values"),
+    Route("list_sensor_placement_runs", "sensor-placement-runs"),
+    Route("get_sensor_placement_run", "sensor-placement-runs/<str:run_id>"),
+    Route("query_element_history", "timeseries/element-history"),
+    Route("get_workbench_runtime", "workbench/runtime"),
+    Route("query_peripheral_data", "peripheral/<str:source>"),
+)
+#: Registry tools that are not on REST, with the reason (checked by the tests: nothing is left out silently).
+NOT_ON_REST: dict[str, str] = {
+    "get_task_context": "task-scoped: reads the task bound to an MCP context",
+    "get_task_evidence": "task-scoped: reads evidence of the task bound to an MCP context",
+    "test_slow_query": "test-only tool",
+}
+
+
+def rest_input_schema(spec: ToolSpec) -> dict[str, Any]:
+    """The tool's input schema without ``context_handle`` (REST scopes by the URL's project)."""
+    schema = copy.deepcopy(spec.input_schema)
+    schema["properties"].pop("context_handle", None)
+    schema["required"] = [name for name in schema.get("required", []) if name != "context_handle"]
+    return schema
+
+
+@cache
+def _specs() -> dict[str, ToolSpec]:
+    """The registry's tools served on REST: the exposed-tool allowlist applies here as on ``/mcp``."""
+    exposed = frozenset(settings.TJWATER_MCP_EXPOSED_TOOLS)
+    return {name: spec for name, spec in tools_by_name().items() if not exposed or name in exposed}
+
+
+@cache
+def _validator(tool: str) -> Draft202012Validator:
+    return Draft202012Validator(rest_input_schema(_specs()[tool]), registry=Registry())
+
+
+SCALARS = ("string", "number", "integer")
+
+
+def _items_type(prop: Mapping[str, Any]) -> str | None:
+    """The scalar type of an array's items (one for all, or the same for every ``prefixItems`` entry)."""
+    items = prop.get("items")
+    if isinstance(items, dict):
+        return items.get("type")
+    kinds = {item.get("type") for item in prop.get("prefixItems", []) if isinstance(item, dict)}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _convert(name: str, raw: list[str], prop: Mapping[str, Any]) -> Any:
+    """One query parameter (all its values) → the JSON value the schema expects. Scalars take one value;
+    arrays of scalars take repeated or comma-separated values; anything structured is JSON."""
+    kind = prop.get("type")
+    if kind == "array" and _items_type(prop) in SCALARS:
+        values = [v for item in raw for v in item.split(",")] if len(raw) == 1 else raw
+        return [_convert(name, [v], {"type": _items_type(prop)}) for v in values]
+    if len(raw) != 1:
+        raise InvalidParameter(f"{name} takes one value.")
+    value = raw[0]
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+        if kind == "boolean":
+            if value not in ("true", "false"):
+                raise ValueError(value)
+            return value == "true"
+        if kind in ("array", "object"):
+            return json.loads(value)
+    except ValueError:
+        raise InvalidParameter(f"{name} must be {'JSON' if kind in ('array', 'object') else f'a {kind}'}.") from None
+    return value
+
+
+def parse_arguments(spec: ToolSpec, query: Mapping[str, list[str]], path_args: Mapping[str, str]) -> dict[str, Any]:
+    """Query string + path → the tool's arguments, validated against its input schema (refusals name the
+    parameter and the rule, never echo the value)."""
+    properties = rest_input_schema(spec)["properties"]
+    args: dict[str, Any] = {}
+    for name, raw in query.items():
+        if name not in properties:
+            raise InvalidParameter(f"Unknown parameter: {name[:64]}.")
+        args[name] = _convert(name, raw, properties[name])
+    for name, value in path_args.items():
+        args[name] = _convert(name, [value], properties.get(name, {"type": "string"}))
+    bad = bad_text_path(args)
+    if bad is not None:
+        raise InvalidParameter(f"Invalid parameters: {bad or '(parameters)'}: not valid text.")
+    errors = sorted(_validator(spec.name).iter_errors(args), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        where = "/".join(str(p) for p in error.absolute_path) or "(parameters)"
+        raise InvalidParameter(f"Invalid parameters: {where}: fails '{error.validator}'.")
+    return args
+
+
+def run_read_only(spec: ToolSpec, scope: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Run the tool's plan in a read-only transaction with the query budget as statement timeout."""
+    budget_ms = int(settings.TJWATER_MCP_QUERY_BUDGET_S * 1000)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {budget_ms}")
+        result = run_sync(spec.invoke(scope, args))
+    return result.model_dump(mode="json")
+
+
+class ToolSchema(AutoSchema):
+    """OpenAPI of one tool route, from the registry: parameters from the input schema, the 200 body from
+    the Pydantic result model, errors as the application error body."""
+
+    def _spec(self) -> ToolSpec:
+        return _specs()[self.view.tool]
+
+    def get_operation_id(self) -> str:
+        return self.view.tool
+
+    def get_description(self) -> str:
+        return self._spec().description
+
+    def get_tags(self) -> list[str]:
+        return ["query"]
+
+    def get_override_parameters(self) -> list[OpenApiParameter]:
+        schema = rest_input_schema(self._spec())
+        path_names = set(self.view.path_names)
+        params = [OpenApiParameter("project", str, OpenApiParameter.PATH, description="The project's slug.")]
+        for name, prop in schema["properties"].items():
+            location = OpenApiParameter.PATH if name in path_names else OpenApiParameter.QUERY
+            prop = dict(prop)
+            if name in self.view.plural_names:
+                prop = {"type": "string", "enum": [f"{t}s" for t in ELEMENT_TYPES]}
+            explode = prop.get("type") == "array" and _items_type(prop) in SCALARS
+            params.append(
+                OpenApiParameter(
+                    name,
+                    prop if prop.get("type") not in ("object",) else {"type": "string"},
+                    location,
+                    required=location == OpenApiParameter.PATH or name in schema.get("required", []),
+                    description=prop.get("description", ""),
+                    explode=explode if prop.get("type") == "array" else None,
+                )
+            )
+        return params
+
+    def get_response_serializers(self) -> dict[str, Any]:
+        body = output_schema_ref(self._spec())
+        error = {"$ref": "#/components/schemas/ToolError"}
+        return {
+            "200": body,
+            "400": error,
+            "401": error,
+            "403": error,
+            "404": error,
+            "409": error,
+            "429": error,
+            "503": error,
+            "504": error,
+        }
+
+    def _get_response_for_code(self, serializer: Any, status_code: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if isinstance(serializer, dict):  # a raw JSON schema from the registry
+            description = "The result envelope." if status_code == "200" else "An application error."
+            return {"description": description, "content": {"application/json": {"schema": serializer}}}
+        return super()._get_response_for_code(serializer, status_code, *args, **kwargs)
+
+    def get_request_serializer(self) -> None:
+        return None
+
+
+def output_schema_ref(spec: ToolSpec) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{spec.output_model.__name__}"}
+
+
+def openapi_components(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular post-processing hook: the result models' JSON Schemas as components (pydantic writes
+    its refs as ``#/components/schemas/…``), and the error body. Two different models under one name would
+    silently change a schema: refused."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["ToolError"] = TOOL_ERROR_SCHEMA
+    for route in ROUTES:
+        spec = _specs().get(route.tool)
+        if spec is None:
+            continue
+        generated = spec.output_model.model_json_schema(
+            mode="serialization", ref_template="#/components/schemas/{model}"
+        )
+        for name, schema in {**generated.pop("$defs", {}), spec.output_model.__name__: generated}.items():
+            if name in schemas and schemas[name] != schema:
+                raise ValueError(f"two result models are both called {name}")
+            schemas[name] = schema
+    result["jsonSchemaDialect"] = JSON_SCHEMA_DIALECT
+    return result
+
+
+class ToolView(ContextApiView):
+    """One registry tool over REST (GET). Thin: authenticate → scope → gate → arguments → service."""
+
+    authentication_classes = [ApiBearerAuthentication]
+    schema = ToolSchema()
+    tool: str = ""
+    path_names: tuple[str, ...] = ()
+    plural_names: tuple[str, ...] = ()  # path parameters written in the plural (``pipes``)
+
+    def get(self, request: Request, project: str, **path_args: str) -> Response:
+        spec = _specs().get(self.tool)
+        if spec is None:  # not exposed in this deployment
+            raise NotFoundTool()
+        scope = member_scope(token=request.auth, project_slug=project)
+        require_tool(spec, scope, bound_tools=False)
+        args = parse_arguments(spec, dict(request.query_params.lists()), path_args)
+        body = run_read_only(spec, scope, args)
+        logger.info("api call principal=%s project=%s tool=%s", scope.principal_id, scope.project_slug, spec.name)
+        response = Response(body)
+        response["Cache-Control"] = "private, no-store"
+        return response
+
+
+class NotFoundTool(ApplicationError):
+    code = "NOT_FOUND"
+    http_status = 404
+    default_message = "No such resource."
+
+
+def _view(route: Route) -> Any:
+    params = [part[1:-1].split(":") for part in route.path.split("/") if part.startswith("<")]
+    attrs = {
+        "tool": route.tool,
+        "path_names": tuple(name for _, name in params),
+        "plural_names": tuple(name for converter, name in params if converter == "element_types"),
+    }
+    return type(f"{route.tool}_view", (ToolView,), attrs).as_view()
+
+
+urlpatterns = [path(route.path, _view(route), name=f"api-{route.tool}") for route in ROUTES]
