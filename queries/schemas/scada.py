@@ -1,0 +1,79 @@
+"""Result data of the SCADA family (list_scada_devices, get_scada_device, query_scada_readings).
+
+Readings are either what the devices sent (``field=monitored_value``, origin ``measured``) or what
+cleaning made of it (``field=cleaned_value``, origin ``cleaned``) — one result never mixes the two.
+Every stored slot is a point with its quality flag; a slot without a value has ``value=null`` and is
+also part of a gap range in the envelope's ``data_gaps`` (never filled with an invented value).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from queries.schemas.common import DataGap, Page, ResultEnvelope
+
+ReadingField = Literal["monitored_value", "cleaned_value"]
+QualityFlag = Literal["good", "spike", "stuck", "gap"]
+
+
+class ScadaDeviceData(BaseModel):
+    """One measuring device: what it measures (quantity, unit), on which network element, where it is
+    installed (EPSG:4326), how often it reports and its standard uncertainty (in the device unit)."""
+
+    device_id: str
+    name: str
+    quantity: Literal["pressure", "flow", "level"]
+    unit: str
+    element_type: str
+    element_id: str
+    longitude: float | None
+    latitude: float | None
+    sample_interval_s: int
+    accuracy: float
+
+
+class ScadaDevicePage(Page[ScadaDeviceData]):
+    """A page of the project's devices, ordered by device id."""
+
+
+class ScadaReadingPoint(BaseModel):
+    """One reporting slot of one device. ``value`` is the requested field — null when the slot has no
+    value of that kind (nothing received, or removed by cleaning); ``quality`` is the slot's flag."""
+
+    device_id: str
+    time: datetime
+    value: float | None
+    quality: QualityFlag
+
+
+class ScadaReadingPage(Page[ScadaReadingPoint]):
+    """Points of the requested devices in the result's window, ordered by device id then time (the
+    page is over these points). ``field``/``origin`` say which kind of value every point carries."""
+
+    field: ReadingField
+    origin: Literal["measured", "cleaned"]
+    device_ids: list[str]
+
+
+class ScadaDataGap(DataGap):
+    """A range ``[start, end)`` of one device without a value of the requested field: consecutive
+    slots of one kind merged. ``reason``: "no reading received" (quality gap), "no reading stored" (no
+    row at all), and for cleaned values also "removed by cleaning: spike" / "removed by cleaning: stuck
+    value"."""
+
+    device_id: str
+
+
+class ScadaDeviceListResult(ResultEnvelope[ScadaDevicePage]):
+    pass
+
+
+class ScadaDeviceResult(ResultEnvelope[ScadaDeviceData]):
+    pass
+
+
+class ScadaReadingsResult(ResultEnvelope[ScadaReadingPage]):
+    data_gaps: list[ScadaDataGap] = Field(default_factory=list)  # type: ignore[assignment]  # gaps name the device
