@@ -140,7 +140,19 @@ ELEMENT_ID = {"type": "string", "minLength": 1, "maxLength": 64, "description": 
 # The tool families, one declaration module each (``TOOLS``: a list of ``ToolSpec``), imported when the
 # catalog is assembled (not at import time: a family module imports this one for ``ToolSpec``). This
 # tuple and the modules it names are the one place a tool is declared.
-FAMILIES: tuple[str, ...] = ("queries.tools.network",)
+FAMILIES: tuple[str, ...] = (
+    "queries.tools.network",
+    "queries.tools.scada",
+    "queries.tools.baseline",
+    "queries.tools.spatial",
+    "queries.tools.gis",
+    "queries.tools.runtime",
+    "queries.tools.peripheral",
+    "queries.tools.analysis",
+    "queries.tools.placement",
+    "queries.tools.history",
+    "evidence.tools",  # the task tools (get_task_context, get_task_evidence); queries never imports evidence
+)
 TEST_FAMILIES: tuple[str, ...] = ("queries.tools.testing",)
 
 

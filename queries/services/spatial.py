@@ -1,0 +1,145 @@
+"""The spatial family: network elements near a point (SPEC R-GEO, seed 001 "空间邻近查询").
+
+``query_nearby_elements`` answers "which pipes are within 200 m of this address" with true distances:
+the WGS84 spheroid distance in metres from the point to the *whole* geometry of each element (a pipe's
+nearest segment, not its midpoint or a vertex), never a planar EPSG:3857 distance.
+
+How the statement meets R-GEO, in one query on the element table's ``geog`` column (a geography
+generated from ``geom``, with its own GiST index — queries/models/network.py):
+
+- candidates come from the GiST index: ``ST_DWithin(geog, point, radius, true)`` on geography is
+  index-backed (PostGIS's planner support adds ``geog && _st_expand(point, radius)``) and then exact
+  on the spheroid; ``ST_Distance(geog, point, true)`` gives the metres;
+- antimeridian and poles: geography boxes are geocentric (x, y, z on the unit sphere), so a radius
+  box that crosses ±180° or covers a pole is one box, with no wrap-around and no Mercator
+  distortion. This is the candidate-box split and the "no Mercator filter near the poles" of R-GEO,
+  done by PostGIS itself; ``tests/queries/services/test_spatial.py`` proves both on a synthetic
+  network that straddles 180° and one around the north pole;
+- empty geometries never match ``ST_DWithin`` (PostGIS returns false for EMPTY), and ``geom`` is
+  NOT NULL, so null or empty geometries are skipped;
+- order by distance, then ``element_id`` (a pipe and its end node, or two pipes sharing a node, are
+  often exactly equidistant), with LIMIT/OFFSET in SQL; ``total`` comes from ``COUNT(*) OVER ()`` in
+  the same statement. Only a page past the end (no rows, offset > 0) needs a second statement, the
+  count, to still report ``total``;
+- no hits → empty items. The radius is never widened.
+
+Both are written as plain ``Func`` calls rather than GeoDjango's ``geog__dwithin``/``Distance``: those
+look up the SRID's units in ``spatial_ref_sys`` through Django's connection the first time a process
+compiles them, which the MCP driver (``mcp_app.executor``, compiling on the event loop) cannot do.
+The SQL is equivalent (the index condition is the same) and every value is a bound parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from django.contrib.gis.db.models import PointField
+from django.contrib.gis.geos import Point
+from django.db.models import BooleanField, Count, F, FloatField, Func, Value, Window
+
+from contexts.errors import InvalidParameter, LimitExceeded
+from contexts.scope import QueryScope
+from queries.models import ELEMENT_MODELS
+from queries.plan import Plan, count_of, service
+from queries.schemas.common import PageRequest
+from queries.schemas.spatial import NearbyElement, NearbyElementsResult, NearbyPage
+from queries.services.network import _check_type, _db_fields, _properties, _units
+
+SOURCE = "model_network"
+DEFAULT_ELEMENT_TYPE = "pipe"
+DEFAULT_RADIUS_M = 200.0
+MAX_RADIUS_M = 10000.0
+DEFAULT_LIMIT = 5
+MAX_LIMIT = 100
+
+
+def _center_point(center: Sequence[float]) -> Point:
+    """The centre as an EPSG:4326 point, range-checked (the wire schema checks the same bounds)."""
+    if len(center) != 2 or not all(
+        isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) for c in center
+    ):
+        raise InvalidParameter("center must be [longitude, latitude] in EPSG:4326 degrees.")
+    lon, lat = float(center[0]), float(center[1])
+    if not (-180.0 <= lon <= 180.0 and -90.0 <= lat <= 90.0):
+        raise InvalidParameter("center must be [longitude, latitude] with -180 ≤ lon ≤ 180 and -90 ≤ lat ≤ 90.")
+    return Point(lon, lat, srid=4326)
+
+
+def nearby_page(*, limit: int = DEFAULT_LIMIT, offset: int = 0) -> PageRequest:
+    """The page of a nearby query: default 5, at most 100 per page (SPEC §5)."""
+    return PageRequest(limit=limit, offset=offset, max_limit=MAX_LIMIT)
+
+
+@service
+def query_nearby_elements(
+    *,
+    scope: QueryScope,
+    center: Sequence[float],
+    element_type: str = DEFAULT_ELEMENT_TYPE,
+    radius_m: float = DEFAULT_RADIUS_M,
+    page: PageRequest | None = None,
+) -> Plan[NearbyElementsResult]:
+    """Elements of one type of the caller's project within ``radius_m`` metres (WGS84 spheroid) of
+    ``center`` = [lon, lat], nearest first, one page (one query; two for a page past the end)."""
+    page = page or nearby_page()
+    _check_type(element_type)
+    point = _center_point(center)
+    if isinstance(radius_m, bool) or not (
+        isinstance(radius_m, int | float) and math.isfinite(radius_m) and radius_m > 0
+    ):
+        raise InvalidParameter("radius_m must be a positive number of metres.")
+    if radius_m > MAX_RADIUS_M:
+        raise LimitExceeded(f"radius_m must be at most {MAX_RADIUS_M:.0f} m; use a smaller radius.")
+    if page.limit > MAX_LIMIT:  # a caller may hand in a general page (max 500): this one is 100
+        raise LimitExceeded(f"limit must be between 1 and {MAX_LIMIT} for a nearby query.")
+    model = ELEMENT_MODELS[element_type]
+    geog = Value(point, output_field=PointField(srid=4326, geography=True))
+    spheroid = Value(True)  # use_spheroid: WGS84, explicitly (it is also PostGIS's default)
+    within = model.objects.filter(
+        Func(F("geog"), geog, Value(float(radius_m)), spheroid, function="ST_DWithin", output_field=BooleanField()),
+        project_id=scope.project_id,
+    )
+    distance = Func(F("geog"), geog, spheroid, function="ST_Distance", output_field=FloatField())
+    rows = yield (
+        within.annotate(distance_m=distance, total_within=Window(Count("*")))
+        .order_by("distance_m", "element_id")
+        .values(*_db_fields(element_type), "distance_m", "total_within")[page.offset : page.offset + page.limit]
+    )
+    if rows:
+        total = int(rows[0]["total_within"])
+    elif page.offset == 0:
+        total = 0
+    else:  # past the end: the window count has no row to ride on
+        total = yield count_of(within)
+    items = [
+        NearbyElement(
+            element_id=row["element_id"],
+            distance_m=float(row["distance_m"]),
+            properties=_properties(element_type, row),
+        )
+        for row in rows
+    ]
+    data = NearbyPage(
+        items=items,
+        total=total,
+        limit=page.limit,
+        offset=page.offset,
+        has_more=page.offset + len(items) < total,
+        source=SOURCE,
+        element_type=element_type,  # type: ignore[arg-type]  # checked by _check_type above
+        center=[point.x, point.y],
+        center_crs="EPSG:4326",
+        distance_method="WGS84_spheroid",
+        radius_m=float(radius_m),
+    )
+    return NearbyElementsResult(
+        source=SOURCE,
+        source_ref=f"project:{scope.project_slug}/{element_type}/nearby",
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=data,
+        units={"distance_m": "m", "radius_m": "m", **_units(element_type)},
+        page=data.info(),
+    )
