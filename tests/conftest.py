@@ -33,7 +33,11 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any, django_db_kee
         yield
         return
     with django_db_blocker.unblock():
-        config = setup_databases(verbosity=0, interactive=False, aliases={"default"}, keepdb=django_db_keepdb)
+        # serialized_aliases=set(): nothing here uses serialized rollback; serializing the demo's tables
+        # would take minutes.
+        config = setup_databases(
+            verbosity=0, interactive=False, aliases={"default"}, keepdb=django_db_keepdb, serialized_aliases=set()
+        )
     yield
     if not django_db_keepdb:
         with django_db_blocker.unblock():
@@ -136,7 +140,8 @@ def start_server(
         )
         server = ServerProcess(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
         started.append(server)
-        deadline = time.monotonic() + 30
+        # 60 s: a loaded 2-core machine (CI next to other jobs) can take half a minute to import and start.
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"uvicorn exited early:\n{server.log()}")
@@ -146,7 +151,7 @@ def start_server(
             except httpx2.TransportError:
                 time.sleep(0.1)
         server.stop()
-        raise RuntimeError(f"uvicorn did not answer within 30 s:\n{server.log()}")
+        raise RuntimeError(f"uvicorn did not answer within 60 s:\n{server.log()}")
 
     yield _start
     for server in started:

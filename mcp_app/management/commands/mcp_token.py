@@ -54,6 +54,7 @@ class Command(BaseCommand):
         parser.add_argument("--client", help="client id, the azp claim (dev issuer)")
         parser.add_argument("--scope", default="mcp.catalog.read mcp.query", help="space-separated scopes")
         parser.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (dev issuer)")
+        parser.add_argument("--audience", default=None, help="aud claim (dev issuer; default: the MCP audience)")
         parser.add_argument(
             "--client-credentials", action="store_true", help="fetch a token from the configured real issuer"
         )
@@ -72,6 +73,7 @@ class Command(BaseCommand):
                     client_id=options["client"],
                     scopes=options["scope"].split(),
                     ttl_s=options["ttl"],
+                    audience=options["audience"],
                 )
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from None
