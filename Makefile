@@ -20,6 +20,13 @@ test:
 	.venv/bin/ruff format --check .
 	.venv/bin/pytest
 
+.PHONY: resilience
+# The resilience suite of issue 9 (faults under load, two tenants, fuzzing), slow parts included; it
+# starts its own PostgreSQL and Redis. Figures are printed and written to var/resilience/results.json.
+resilience:
+	SETUP_SKIP_DEMO=1 bash scripts/setup.sh
+	RESILIENCE_FUZZ_EXAMPLES=$${RESILIENCE_FUZZ_EXAMPLES:-60} .venv/bin/pytest -s -m "resilience or resilience_slow" tests/resilience
+
 .PHONY: bench
 # The product's own benchmark (production settings, the devtools provider as issuer); not part of `make test`.
 bench: setup
