@@ -110,8 +110,17 @@ class DataSourceUnavailable(ApplicationError):
 class CapabilityGap(ApplicationError):
     """A legacy feature this server does not provide, answered explicitly rather than as empty data."""
 
-    code = "CAPABILITY_NOT_SUPPORTED"
-    default_message = "This capability is not supported by this server."
+    code = "CAPABILITY_NOT_AVAILABLE"
+    default_message = "This capability is not available on this server."
+
+
+class AnalysisRunWithoutSeries(ApplicationError):
+    """The analysis run has no series to read (it failed, or has not finished): answered explicitly, so
+    an empty result never reads as "the scenario had no effect"."""
+
+    code = "ANALYSIS_RUN_HAS_NO_SERIES"
+    http_status = 409
+    default_message = "This analysis run has no series; get_analysis_run shows its status."
 
 
 class ToolNotInContext(PermissionDenied):
@@ -120,3 +129,52 @@ class ToolNotInContext(PermissionDenied):
 
     code = "TOOL_NOT_IN_CONTEXT"
     default_message = "This tool is not available in this context."
+
+
+# --- investigation evidence (SPEC §8, R-EVID) -----------------------------------------------------
+
+
+class RunSuperseded(RunNotCurrent):
+    """A newer run of the task replaced the bound run (before or while the query ran): nothing was
+    saved, and the old run stays superseded (R-EVID-3)."""
+
+    code = "RUN_SUPERSEDED"
+    default_message = "The task run was superseded by a newer run; nothing was saved. Bind the current run."
+
+
+class RequestKeyRequired(InvalidParameter):
+    """A task-purpose call without ``_meta["cn.tjwater/requestKey"]`` (or with an unusable one). The MCP
+    edge answers it as a JSON-RPC -32602 naming the key (a protocol-level client error, not a result)."""
+
+    code = "REQUEST_KEY_REQUIRED"
+    meta_key = "cn.tjwater/requestKey"
+    default_message = 'Calls in an investigation context need _meta["cn.tjwater/requestKey"] (1-200 characters).'
+
+
+class RequestKeyReused(ApplicationError):
+    """The request key was already used in this session and run for a different tool or parameters
+    (R-EVID-2): a retry must repeat the call exactly; a new call needs a new key."""
+
+    code = "REQUEST_KEY_REUSED"
+    http_status = 409
+    default_message = "This request key was already used for a different call; use a new request key."
+
+
+class RequestInProgress(ApplicationError):
+    """Another call with the same request key is still running and did not finish while this one
+    waited; retrying the same call later returns its saved evidence."""
+
+    code = "REQUEST_IN_PROGRESS"
+    http_status = 409
+    retryable = True
+    default_message = "A call with this request key is still running; retry the same call shortly."
+
+
+class EvidenceNotSaved(ApplicationError):
+    """Saving the evidence failed, so the call failed (R-EVID-1: never "success now, evidence later").
+    The receipt is released: the same call with the same request key may be retried."""
+
+    code = "EVIDENCE_NOT_SAVED"
+    http_status = 503
+    retryable = True
+    default_message = "The result could not be saved as evidence, so it is not returned; retry the same call."

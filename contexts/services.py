@@ -35,6 +35,7 @@ from contexts.errors import (
     PermissionDenied,
     ProjectContextRequired,
     RunNotCurrent,
+    RunSuperseded,
     ToolNotInContext,
 )
 from contexts.models import (
@@ -87,8 +88,11 @@ READER_FORBIDDEN_NAME_MARKERS: tuple[str, ...] = (
 
 
 def hash_handle(handle: str) -> str:
-    """SHA-256 (hex) of a context handle: the only form in which a handle is stored or looked up."""
-    return hashlib.sha256(handle.encode("utf-8")).hexdigest()
+    """SHA-256 (hex) of a context handle: the only form in which a handle is stored or looked up.
+
+    Never raises: text that is not valid Unicode (a lone surrogate sent as ``"\\ud800"`` in JSON) is
+    hashed as its ``surrogatepass`` bytes, which no issued handle (ASCII) can match."""
+    return hashlib.sha256(handle.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +394,147 @@ def _lease_held(run: TaskRun, session: str, now: datetime) -> bool:
     )
 
 
+def require_run_current(*, context_id: int, now: datetime | None = None, lock: bool = False) -> TaskRun:
+    """R-CTX-3 / R-EVID-3 for one task context by itself: its run is still the current run of its task
+    and the lease is held, unexpired, by the binding's session (``task_reader``: the parent session) —
+    the run checks of ``resolve_context``, in one query. With ``lock`` (inside the caller's transaction)
+    the run row is read ``FOR SHARE``: a supersession (an UPDATE of that row) waits until the caller
+    commits, so what the caller writes in that transaction was written while the run was current.
+    Raises ``RunSuperseded`` when the run was superseded, ``RunNotCurrent`` otherwise."""
+    run_table, context_table = TaskRun._meta.db_table, QueryContext._meta.db_table
+    sql = (
+        f"SELECT r.*, c.purpose AS binding_purpose, c.session_id AS binding_session, "
+        f"c.parent_session_id AS binding_parent_session, c.task_id AS binding_task_id "
+        f"FROM {context_table} c JOIN {run_table} r ON r.id = c.run_id WHERE c.id = %s"
+    ) + (" FOR SHARE OF r" if lock else "")
+    run = next(iter(TaskRun.objects.raw(sql, [context_id])), None)
+    if run is None or run.binding_purpose not in TASK_PURPOSES or run.task_id != run.binding_task_id:
+        raise RunNotCurrent()
+    if run.superseded_at is not None:
+        raise RunSuperseded()
+    lease_session = (
+        run.binding_session if run.binding_purpose == ContextPurpose.TASK_EXECUTION else run.binding_parent_session
+    )
+    if not _lease_held(run, lease_session, now or timezone.now()):
+        raise RunNotCurrent()
+    return run
+
+
 # --- resolve (every call, R-CTX-3) --------------------------------------------------------------------
+
+
+#: What the resolution reads, in one statement: the binding joined with its principal, project,
+#: membership and (for task purposes) run. ``.values()`` rows, so the MCP hot path can run the same
+#: queryset through its async driver (``mcp_app.executor``) without building model instances.
+CONTEXT_ROW_FIELDS: tuple[str, ...] = (
+    "id",
+    "principal_id",
+    "principal__issuer",
+    "principal__subject",
+    "client_id",
+    "project_id",
+    "project__slug",
+    "membership_id",
+    "membership__revoked_at",
+    "membership__principal_id",
+    "membership__project_id",
+    "membership__permissions",
+    "session_id",
+    "parent_session_id",
+    "purpose",
+    "allowed_tools",
+    "task_id",
+    "run_id",
+    "run__superseded_at",
+    "run__task_id",
+    "run__lease_holder",
+    "run__lease_expires_at",
+    "execution_request_id",
+    "expires_at",
+    "revoked_at",
+)
+
+
+def context_handle_acceptable(handle: object) -> bool:
+    """Whether ``handle`` can be one of ours at all (checked before touching the database): a non-empty
+    ASCII string of bounded length (issued handles are URL-safe base64)."""
+    return isinstance(handle, str) and bool(handle) and len(handle) <= MAX_HANDLE_CHARS and handle.isascii()
+
+
+def context_row_query(handle: str) -> QuerySet[QueryContext]:
+    """The one statement of a resolution: the binding's row for ``handle`` (sliced: ``handle_hash`` is
+    unique, and the LIMIT avoids the ORDER BY that ``.first()`` adds)."""
+    return context_row_query_by_hash(hash_handle(handle))
+
+
+def context_row_query_by_hash(handle_hash: str) -> QuerySet[QueryContext]:
+    """``context_row_query`` for an already hashed handle (the MCP hot path compiles this once as a
+    template and binds only the hash per call)."""
+    return QueryContext.objects.filter(handle_hash=handle_hash).values(*CONTEXT_ROW_FIELDS)[:1]
+
+
+def check_context(
+    row: Mapping[str, object] | None,
+    *,
+    token: VerifiedToken,
+    tool_name: str | None,
+    required_permissions: Sequence[str],
+    now: datetime,
+) -> QueryScope:
+    """The checks of a resolution, on the row ``context_row_query`` read (``None``: no such handle).
+    Pure: no I/O, so the sync ``resolve_context`` and the MCP hot path share it. Raises the refusals
+    listed in ``resolve_context``."""
+    if row is None:
+        raise ContextInvalid()
+    if not (
+        row["principal__issuer"] == token.issuer
+        and row["principal__subject"] == token.subject
+        and row["client_id"] == token.client_id
+    ):
+        raise ContextInvalid()
+    if row["revoked_at"] is not None:
+        raise ContextRevoked()
+    if row["expires_at"] <= now:  # type: ignore[operator]
+        raise ContextExpired()
+    if (
+        row["membership__revoked_at"] is not None
+        or row["membership__principal_id"] != row["principal_id"]
+        or row["membership__project_id"] != row["project_id"]
+    ):
+        raise PermissionDenied("The membership in this project is no longer active.")
+    allowed_tools = row["allowed_tools"] or []
+    if tool_name is not None and tool_name not in allowed_tools:  # type: ignore[operator]
+        raise ToolNotInContext()
+    held = frozenset(row["membership__permissions"] or [])  # type: ignore[arg-type]
+    missing = sorted(p for p in required_permissions if p not in held)
+    if missing:
+        raise PermissionDenied(details={"missing_permissions": missing})
+    purpose = str(row["purpose"])
+    if purpose in TASK_PURPOSES:
+        if row["run_id"] is None or row["run__superseded_at"] is not None or row["run__task_id"] != row["task_id"]:
+            raise RunNotCurrent()
+        lease_session = row["session_id"] if purpose == ContextPurpose.TASK_EXECUTION else row["parent_session_id"]
+        expires = row["run__lease_expires_at"]
+        if not (
+            bool(lease_session) and row["run__lease_holder"] == lease_session and expires is not None and expires > now  # type: ignore[operator]
+        ):
+            raise RunNotCurrent()
+    return QueryScope(
+        principal_id=int(row["principal_id"]),  # type: ignore[call-overload]
+        issuer=str(row["principal__issuer"]),
+        subject=str(row["principal__subject"]),
+        client_id=str(row["client_id"]),
+        project_id=int(row["project_id"]),  # type: ignore[call-overload]
+        project_slug=str(row["project__slug"]),
+        permissions=held,
+        purpose=purpose,
+        context_id=row["id"],  # type: ignore[arg-type]
+        session_id=str(row["session_id"]),
+        task_id=row["task_id"],  # type: ignore[arg-type]
+        run_id=row["run_id"],  # type: ignore[arg-type]
+        execution_request_id=row["execution_request_id"],  # type: ignore[arg-type]
+        allowed_tools=frozenset(allowed_tools),  # type: ignore[arg-type]
+    )
 
 
 def resolve_context(
@@ -402,8 +546,8 @@ def resolve_context(
     now: datetime | None = None,
 ) -> QueryScope:
     """Check a context handle for *this* call, right now, and build the ``QueryScope`` the query
-    service will receive (R-CTX-3). One SQL query (the binding joined with its principal, project,
-    membership and run). Refuses with:
+    service will receive (R-CTX-3). One SQL query (``context_row_query``: the binding joined with its
+    principal, project, membership and run), then ``check_context``. Refuses with:
 
     - ``ContextInvalid`` — unknown handle, or one bound to another issuer/subject/client (the same
       answer either way, so a handle's existence never leaks);
@@ -414,61 +558,19 @@ def resolve_context(
     - ``RunNotCurrent`` — a task context whose run was superseded or whose lease lapsed or moved
       (``task_reader``: the parent session's lease).
 
-    The token only has to *match* the binding: a newer token with wider scopes never widens it.
+    The token only has to *match* the binding: a newer token with wider scopes never widens it. The MCP
+    hot path runs the same statement and the same checks on its own connection
+    (``mcp_app.resolver.resolve_scope_async``).
     """
-    if not isinstance(handle, str) or not handle or len(handle) > MAX_HANDLE_CHARS:
+    if not context_handle_acceptable(handle):
         raise ContextInvalid()
-    try:
-        # handle_hash is unique: .get() reads the one row without the ORDER BY that .first() adds.
-        context = QueryContext.objects.select_related("principal", "project", "membership", "run").get(
-            handle_hash=hash_handle(handle)
-        )
-    except QueryContext.DoesNotExist:
-        raise ContextInvalid() from None
-    if not _owned_by(context, token):
-        raise ContextInvalid()
-    now = now or timezone.now()
-    if context.revoked_at is not None:
-        raise ContextRevoked()
-    if context.expires_at <= now:
-        raise ContextExpired()
-    membership = context.membership
-    if (
-        membership.revoked_at is not None
-        or membership.principal_id != context.principal_id
-        or membership.project_id != context.project_id
-    ):
-        raise PermissionDenied("The membership in this project is no longer active.")
-    if tool_name is not None and tool_name not in context.allowed_tools:
-        raise ToolNotInContext()
-    held = frozenset(membership.permissions)
-    missing = sorted(p for p in required_permissions if p not in held)
-    if missing:
-        raise PermissionDenied(details={"missing_permissions": missing})
-    if context.purpose in TASK_PURPOSES:
-        run = context.run
-        if run is None or run.superseded_at is not None or run.task_id != context.task_id:
-            raise RunNotCurrent()
-        lease_session = (
-            context.session_id if context.purpose == ContextPurpose.TASK_EXECUTION else context.parent_session_id
-        )
-        if not _lease_held(run, lease_session, now):
-            raise RunNotCurrent()
-    return QueryScope(
-        principal_id=context.principal_id,
-        issuer=context.principal.issuer,
-        subject=context.principal.subject,
-        client_id=context.client_id,
-        project_id=context.project_id,
-        project_slug=context.project.slug,
-        permissions=held,
-        purpose=context.purpose,
-        context_id=context.pk,
-        session_id=context.session_id,
-        task_id=context.task_id,
-        run_id=context.run_id,
-        execution_request_id=context.execution_request_id,
-        allowed_tools=frozenset(context.allowed_tools),
+    rows = list(context_row_query(handle))
+    return check_context(
+        rows[0] if rows else None,
+        token=token,
+        tool_name=tool_name,
+        required_permissions=required_permissions,
+        now=now or timezone.now(),
     )
 
 

@@ -34,6 +34,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, u
 from mcp_app import auth
 from mcp_app.catalog import build_catalog
 from mcp_app.dispatch import Dispatcher
+from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
 
@@ -43,6 +44,9 @@ MCP_PATH = "/mcp"
 PRM_PATH = "/.well-known/oauth-protected-resource/mcp"
 MCP_PATHS = frozenset({MCP_PATH, PRM_PATH})
 MAX_REQUEST_BODY_BYTES = 256 * 1024
+# Token verifications that miss the per-process cache run in worker threads of their own (a JWKS fetch may
+# block): business calls never use threads, and authentication never waits behind them (issue 9 item 7).
+AUTH_THREADS = 4
 
 
 async def send_json(
@@ -64,17 +68,34 @@ async def send_json(
 
 
 def transport_security() -> TransportSecuritySettings:
-    """DNS-rebinding protection from settings: ``ALLOWED_HOSTS`` (any port) and allowed origins."""
-    hosts = list(settings.ALLOWED_HOSTS)
-    if "*" in hosts:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    allowed_hosts = [h for host in hosts for h in (host, f"{host}:*")]
+    """DNS-rebinding protection from settings: a ``Host`` is accepted on ``/mcp`` exactly when Django
+    would accept it — ``ALLOWED_HOSTS`` semantics on any port: exact names, ``.example.com`` for that
+    domain and all its subdomains, ``*`` for any host — and ``Origin`` must be one of
+    ``TJWATER_MCP_ALLOWED_ORIGINS`` (default: the resource URI's origin), ``*`` included.
+
+    The SDK (mcp 2.3.0, ``TransportSecurityMiddleware._validate_host``) only knows exact values and
+    ``name:*`` for any port, so ``.example.com`` cannot be written as its patterns. It decides with
+    ``host in settings.allowed_hosts``: the settings carry a list whose membership test is Django's own
+    ``validate_host``, built with ``model_construct`` (validation would turn it into a plain list).
+    tests/tjwater/test_asgi.py pins this over real HTTP (a subdomain passes, a foreign host gets 421).
+    """
+    from django.http.request import split_domain_port, validate_host
+
+    patterns = [str(host) for host in settings.ALLOWED_HOSTS]
+
+    class DjangoHostPatterns(list[str]):
+        def __contains__(self, host: object) -> bool:
+            if not isinstance(host, str):
+                return False
+            domain, _port = split_domain_port(host)
+            return bool(domain) and validate_host(domain, patterns)
+
     origins = list(settings.TJWATER_MCP_ALLOWED_ORIGINS)
     if not origins:
         parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
         origins = [f"{parts.scheme}://{parts.netloc}"]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed_hosts, allowed_origins=origins
+    return TransportSecuritySettings.model_construct(
+        enable_dns_rebinding_protection=True, allowed_hosts=DjangoHostPatterns(patterns), allowed_origins=origins
     )
 
 
@@ -123,13 +144,30 @@ class McpEndpoint:
         self._stack: AsyncExitStack | None = None
         self._manager: StreamableHTTPSessionManager | None = None
         self._limiter: ConcurrencyLimiter | None = None
+        self._db: QueryDatabase | None = None
+        self._auth_limiter: anyio.CapacityLimiter | None = None
 
     async def startup(self) -> None:
         if not settings.TJWATER_MCP_ENABLED:
             return
         catalog = build_catalog()
         self._limiter = limiter_from_settings()
-        server = build_server(catalog, Dispatcher(catalog, self._limiter))
+        self._auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
+        try:
+            # What compiling querysets needs from the database (server/PostGIS versions), read once in a
+            # thread so the event loop never opens a Django connection. A database that is down now is
+            # answered per call (DATA_SOURCE_UNAVAILABLE) — the server still starts.
+            await anyio.to_thread.run_sync(warm_django_connection)
+        except Exception as exc:
+            logger.warning("database not reachable at start-up error_class=%s", type(exc).__name__)
+        self._db = QueryDatabase(
+            size=settings.TJWATER_MCP_DB_POOL_SIZE,
+            budget_s=settings.TJWATER_MCP_QUERY_BUDGET_S,
+            checkout_timeout_s=settings.TJWATER_DB_POOL_TIMEOUT_S,
+            connect_timeout_s=settings.TJWATER_DB_CONNECT_TIMEOUT_S,
+        )
+        await self._db.open()
+        server = build_server(catalog, Dispatcher(catalog, self._limiter, self._db))
         self._manager = StreamableHTTPSessionManager(
             app=server,
             json_response=False,  # SSE response mode: the only mode that observes disconnects
@@ -153,6 +191,9 @@ class McpEndpoint:
         if self._limiter is not None:
             await self._limiter.aclose()
             self._limiter = None
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not settings.TJWATER_MCP_ENABLED:
@@ -204,8 +245,15 @@ class McpEndpoint:
             )
             return
         try:
-            # In a worker thread: verification may have to fetch the issuer's JWKS over HTTP.
-            token = await anyio.to_thread.run_sync(auth.authenticate, _header(scope, "authorization"))
+            authorization = _header(scope, "authorization")
+            # A cached verification (or no credentials at all) is answered on the event loop; a miss goes
+            # to a worker thread of the authentication limiter (it may fetch the issuer's JWKS).
+            token = auth.authenticate_if_cached(authorization)
+            if token is None:
+                if not authorization:
+                    token = auth.authenticate(authorization)  # raises the no-credentials 401, no I/O
+                else:
+                    token = await anyio.to_thread.run_sync(auth.authenticate, authorization, limiter=self._auth_limiter)
             auth.authorize_method(token, _header(scope, MCP_METHOD_HEADER))
         except auth.AuthFailure as failure:
             await send(

@@ -1,54 +1,71 @@
-"""The one dispatch path every tool call goes through (STYLE "thin edges").
+"""The one dispatch path every tool call goes through (STYLE "thin edges"), all on the event loop.
 
 authenticate (done by the HTTP layer) → find the tool in the catalog → validate the arguments against
-its wire schema → then, in ONE worker thread inside the call's read-only transaction (cancellable down
-to PostgreSQL, under the query budget): resolve the ``QueryScope`` from the context handle → check the
-caller may use the tool → take an in-flight slot → run the service → release the slot → back on the
-event loop: shape the result (envelope, inline size cap) → log one line.
+its wire schema (and as text: no lone surrogates, no NUL) → resolve the ``QueryScope`` from the context
+handle (one statement on the MCP query pool, then ``contexts.services.check_context``; R-CTX-3, never
+cached) → check the caller may use the tool → take a process query slot (``QueryDatabase.tool_slots``;
+full → ``RATE_LIMITED`` at once) → take the tenant's in-flight slot in Redis (``limits``; over →
+``RATE_LIMITED`` at once) → check out a pooled connection → run the service's plan with the async driver
+(``executor``; cancellable down to PostgreSQL, statement timeout = the query budget) → give back the
+connection, then the slot (both shielded: a cancelled call keeps its slot until its statement has
+really stopped) → ``_after_service`` (the one place a task-purpose call's result passes before it is
+shaped — evidence and receipts will hook in there, keyed by ``_meta["cn.tjwater/requestKey"]``) → shape
+the result (envelope, inline size cap) → one log line.
 
-One thread hop per call (not one for the scope and another for the query) and one database connection
-checkout; the slot's lease is kept alive from the event loop while the worker runs.
+No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query)
+and 2 Redis round trips (acquire, release) per one-statement tool.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-import anyio
 import mcp_types as types
+import pydantic_core
 from django.conf import settings
-from django.db import connection
+from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from referencing.exceptions import Unresolvable
 
-from contexts.errors import ApplicationError, LimitExceeded, ToolNotInContext
+from contexts.errors import (
+    ApplicationError,
+    ContextInvalid,
+    LimitExceeded,
+    RateLimited,
+    RequestKeyRequired,
+    ToolNotInContext,
+)
 from contexts.scope import QueryScope
 from contexts.tokens import VerifiedToken
-from mcp_app.cancel import run_query
+from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.errors import (
     application_error_result,
     internal_error_result,
     invalid_arguments,
+    request_key_required,
     resource_internal_error,
-    resource_not_found,
     resource_refused,
     unknown_tool,
 )
-from mcp_app.limits import ConcurrencyLimiter, LeaseHolder
-from mcp_app.resolver import resolve_resource_scope, resolve_scope
+from mcp_app.executor import Execution, QueryDatabase, run_plan
+from mcp_app.limits import ConcurrencyLimiter
+from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
+from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
 from queries.access import may_use
-from queries.plan import run_sync
+from queries.arguments import bad_text_path
 
 logger = logging.getLogger("tjwater.mcp")
+audit = logging.getLogger("tjwater.audit")
+
+#: Where a client puts the idempotency key of a task-purpose call (evidence receipts, R-EVID).
+REQUEST_KEY_META_KEY = "cn.tjwater/requestKey"
 
 
 def _schema_error_detail(error: SchemaValidationError) -> str:
@@ -62,7 +79,12 @@ def _schema_error_detail(error: SchemaValidationError) -> str:
 
 
 def validate_arguments(entry: CatalogEntry, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The wire check every tool's arguments pass (-32602 on failure): valid text first (issue 9 item 2:
+    invalid text is the client's error, never a retryable server fault), then the input schema."""
     args = dict(arguments or {})
+    bad = bad_text_path(args)
+    if bad is not None:
+        raise invalid_arguments(f"{bad or '(arguments)'}: not valid text")
     try:
         error = next(iter(sorted(entry.validator.iter_errors(args), key=lambda e: list(e.absolute_path))), None)
     except Unresolvable:
@@ -79,13 +101,20 @@ def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
 
 
 def _json_size(payload: Any) -> int:
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(pydantic_core.to_json(payload))
 
 
-def fit_inline(structured: dict[str, Any], arguments: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+def fit_inline(
+    structured: dict[str, Any],
+    arguments: Mapping[str, Any],
+    max_bytes: int,
+    validator: Draft202012Validator | None = None,
+) -> dict[str, Any]:
     """R-PAGE-5: a result over ``max_bytes`` of JSON is not sent whole. A page is cut to the items that
     fit, marked ``truncated`` with ``continue_with`` = the arguments for the rest; anything else that
-    cannot be cut is refused with ``LIMIT_EXCEEDED``."""
+    cannot be cut is refused with ``LIMIT_EXCEEDED``. With the tool's input ``validator`` the
+    continuation must itself be a valid call (e.g. ``offset`` within its maximum); when it would not be,
+    the page is still cut but ``continue_with`` is null (the rest cannot be asked for this way)."""
     if _json_size(structured) <= max_bytes:
         return structured
     data = structured.get("data")
@@ -113,18 +142,27 @@ def fit_inline(structured: dict[str, Any], arguments: Mapping[str, Any], max_byt
     if isinstance(structured.get("page"), dict):
         structured["page"]["has_more"] = True
     structured["truncated"] = True
-    structured["continue_with"] = {
+    continuation = {
         **{k: v for k, v in arguments.items() if k != "context_handle"},
         "offset": offset + best,
         "limit": best,
     }
+    if validator is not None and "context_handle" in arguments:
+        # The continuation is sent back with the caller's own handle; check it as the call it will be.
+        if not validator.is_valid({**continuation, "context_handle": arguments["context_handle"]}):
+            continuation = None  # type: ignore[assignment]
+    structured["continue_with"] = continuation
     return structured
 
 
 def _summary(entry: CatalogEntry, result: BaseModel, structured: dict[str, Any]) -> str:
     text = entry.spec.summarize(result)
     if structured.get("truncated"):
-        text += f" Truncated to fit inline: call again with {json.dumps(structured['continue_with'])} for more."
+        if structured.get("continue_with") is None:
+            text += " Truncated to fit inline; the rest is beyond what one call may page to: narrow the request."
+        else:
+            more = pydantic_core.to_json(structured["continue_with"]).decode()
+            text += f" Truncated to fit inline: call again with {more} for more."
     return text
 
 
@@ -139,85 +177,60 @@ class _NotCallable(Exception):
     """The resolved caller may not use this tool (answered as an unknown tool)."""
 
 
-@dataclass
-class _CallState:
-    """What the worker thread learns about a call, for the event-loop side (logs, audit, heartbeat)."""
-
-    scope: QueryScope | None = None
-    lease: LeaseHolder = field(default_factory=LeaseHolder)
-
-    def audit_fields(self) -> dict[str, object]:
-        scope = self.scope
-        return {
-            "principal": scope.principal_id if scope else "-",
-            "project": scope.project_id if scope else "-",
-        }
-
-
-def _resolve_resource(token: VerifiedToken, meta: Mapping[str, Any] | None) -> QueryScope:
-    try:
-        return resolve_resource_scope(token=token, meta=meta)
-    finally:
-        connection.close()
+class ServerBusy(RateLimited):
+    """Every query slot of this process is taken: refused at once (R-PAGE-7), retryable."""
 
 
 class Dispatcher:
-    """Serves ``tools/call`` and ``resources/read`` for one process (catalog + limiter)."""
+    """Serves ``tools/call`` and ``resources/read`` for one process (catalog, limiter, query pool)."""
 
-    def __init__(self, catalog: Catalog, limiter: ConcurrencyLimiter) -> None:
+    def __init__(self, catalog: Catalog, limiter: ConcurrencyLimiter, db: QueryDatabase) -> None:
         self.catalog = catalog
         self.limiter = limiter
+        self.db = db
 
-    def _serve(
+    async def call_tool(
         self,
         *,
         token: VerifiedToken,
-        entry: CatalogEntry,
-        args: dict[str, Any],
-        state: _CallState,
-        session: Any | None,
-    ) -> BaseModel:
-        """The worker-thread part of a call (inside ``cancel.run_query``'s transaction)."""
-        scope = resolve_scope(token=token, arguments=args, tool_name=entry.spec.name)
-        state.scope = scope
-        if not caller_may_use(entry, scope):
-            raise _NotCallable
-        lease = self.limiter.acquire_blocking(scope.principal_id, scope.project_id)
-        state.lease.set(lease)
-        try:
-            if session is not None:
-                anyio.from_thread.run(session.report_progress, 0, 1, "query started")
-            result = run_sync(entry.spec.invoke(scope, args))
-            if session is not None:
-                anyio.from_thread.run(session.report_progress, 1, 1, "query finished")
-            return result
-        finally:
-            state.lease.set(None)
-            self.limiter.release_blocking(lease)
-
-    async def call_tool(
-        self, *, token: VerifiedToken, name: str, arguments: Mapping[str, Any] | None, session: Any, progress: bool
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        session: Any,
+        progress: bool,
+        meta: Mapping[str, Any] | None = None,
     ) -> types.CallToolResult:
         entry = self.catalog.get(name)
         if entry is None:
             raise unknown_tool(name)
         args = validate_arguments(entry, arguments)
         started = time.monotonic()
-        state = _CallState()
+        call = _Call()
         outcome = "ok"
         rows = 0
-        # A plain task, not a task group around the call: exceptions of the call must reach the caller
-        # unwrapped (a task group would wrap them in an ExceptionGroup).
-        heartbeat = asyncio.get_running_loop().create_task(self.limiter.keep_alive(state.lease))
         try:
-            result = await run_query(
-                lambda: self._serve(
-                    token=token, entry=entry, args=args, state=state, session=session if progress else None
-                ),
-                budget_s=settings.TJWATER_MCP_QUERY_BUDGET_S,
-                audit_fields=lambda: {**state.audit_fields(), "tool": name},
+            scope = await resolve_scope_async(
+                token=token, handle=args.get("context_handle"), tool_name=name, fetch=self.db.fetch
             )
-            structured = fit_inline(result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES)
+            call.scope = scope
+            if not caller_may_use(entry, scope):
+                raise _NotCallable
+            if saves_evidence(scope, name):
+                # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
+                # result is returned (an identical retry gets the saved snapshot, no new query).
+                async def execute() -> dict[str, Any]:
+                    ran = await self._run(call, entry, scope, args, session if progress else None)
+                    return ran.model_dump(mode="json")
+
+                saved = await run_with_evidence(
+                    scope=scope, tool=name, arguments=args, meta=meta or {}, execute=execute
+                )
+                reply = evidence_call_result(entry.spec, saved)
+                rows = _row_count(reply.structured_content or {})
+                return reply
+            result = await self._run(call, entry, scope, args, session if progress else None)
+            structured = fit_inline(
+                result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES, entry.validator
+            )
             rows = _row_count(structured)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=_summary(entry, result, structured))],
@@ -230,19 +243,30 @@ class Dispatcher:
         except (_NotCallable, ToolNotInContext):
             outcome = "unknown_tool"
             raise unknown_tool(name) from None
+        except RequestKeyRequired as exc:  # a protocol-level client error (R-EVID-2), not a result
+            outcome = exc.code
+            raise request_key_required(exc) from None
         except ApplicationError as exc:
             outcome = exc.code
             return application_error_result(exc)
-        except anyio.get_cancelled_exc_class():
+        except asyncio.CancelledError:
             outcome = "cancelled"
+            scope = call.scope
+            audit.info(
+                "mcp call cancelled backend_cancel_sent=%s principal=%s project=%s tool=%s",
+                bool(call.execution and call.execution.cancel_sent),
+                scope.principal_id if scope else "-",
+                scope.project_id if scope else "-",
+                name,
+            )
             raise
-        except Exception as exc:
+        except Exception:
             outcome = "internal_error"
-            logger.error("mcp tool failed tool=%s error_class=%s", name, type(exc).__name__)
+            # The traceback goes to the server log only (operators); the client gets a generic answer.
+            logger.exception("mcp tool failed tool=%s", name)
             return internal_error_result()
         finally:
-            heartbeat.cancel()
-            scope = state.scope
+            scope = call.scope
             logger.info(
                 "mcp call principal=%s project=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
                 scope.principal_id if scope else "-",
@@ -253,27 +277,81 @@ class Dispatcher:
                 outcome,
             )
 
+    async def _run(
+        self, call: _Call, entry: CatalogEntry, scope: QueryScope, args: dict[str, Any], session: Any | None
+    ) -> BaseModel:
+        db = self.db
+        if not await db.take_tool_slot():
+            raise ServerBusy("The server is at its query capacity; retry shortly.")
+        try:
+            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            try:
+                conn = await db.checkout()
+                try:
+                    call.execution = Execution(conn)
+                    if session is not None:
+                        await session.report_progress(0, 1, "query started")
+                    result = await run_plan(entry.spec.invoke(scope, args), call.execution, db.compiler)
+                    if session is not None:
+                        await session.report_progress(1, 1, "query finished")
+                    return result
+                finally:
+                    await db.give_back(conn)
+            finally:
+                # The statement has stopped and the connection is back: the slot goes now. A finished
+                # call writes the release without waiting for the reply; a cancelled one waits for it.
+                if call.execution is None or call.execution.cancelled or not self.limiter.release_soon(lease):
+                    await self.limiter.release(lease)
+        finally:
+            db.give_tool_slot()
+
+    async def resource_scope(self, *, token: VerifiedToken, meta: Mapping[str, Any] | None) -> QueryScope:
+        """The scope of a resources request: the handle from ``_meta["cn.tjwater/contextHandle"]``,
+        resolved like a call's (no tool)."""
+        handle = (meta or {}).get(RESOURCE_HANDLE_META_KEY)
+        if isinstance(handle, str) and bad_text_path(handle) is not None:
+            raise ContextInvalid()  # invalid text can be no handle of ours
+        return await resolve_scope_async(
+            token=token, handle=handle, tool_name=None, fetch=self.db.fetch, missing=RESOURCE_HANDLE_MISSING
+        )
+
+    async def list_resources(
+        self, *, token: VerifiedToken, cursor: str | None, meta: Mapping[str, Any] | None
+    ) -> types.ListResourcesResult:
+        """``resources/list`` (R-EVID-4): the bound task's evidence, newest first. Without a context handle
+        there is nothing to list (an empty, private page: generic clients list resources unprompted); a
+        handle that fails is refused like a read (-32602 with the business code)."""
+        if not (meta or {}).get(RESOURCE_HANDLE_META_KEY):
+            return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
+        try:
+            scope = await self.resource_scope(token=token, meta=meta)
+        except ApplicationError as exc:
+            raise resource_refused("", exc) from None
+        return await list_evidence_resources(scope, cursor)
+
     async def read_resource(
         self, *, token: VerifiedToken, uri: str, meta: Mapping[str, Any] | None
     ) -> types.ReadResourceResult:
         """``resources/read`` (R-EVID-4, R-CTX-6): the context handle from
         ``_meta["cn.tjwater/contextHandle"]`` is resolved first (no tool); without a valid one the
-        caller learns nothing about the resource. No evidence resources exist yet, so an authorized
-        read of any URI is "not found" (-32602, SEP-2164)."""
+        caller learns nothing about the resource. Then the evidence snapshot the URI names, if this
+        context may read it (``mcp_app.resources``); anything else is "not found" (-32602, SEP-2164)."""
         started = time.monotonic()
         scope: QueryScope | None = None
         outcome = "not_found"
         try:
-            scope = await anyio.to_thread.run_sync(_resolve_resource, token, meta)
-            raise resource_not_found(uri)
+            scope = await self.resource_scope(token=token, meta=meta)
+            read = await read_evidence_resource(scope, uri)
+            outcome = "ok"
+            return read
         except MCPError:
             raise
         except ApplicationError as exc:
             outcome = exc.code
             raise resource_refused(uri, exc) from None
-        except Exception as exc:
+        except Exception:
             outcome = "internal_error"
-            logger.error("mcp resource read failed error_class=%s", type(exc).__name__)
+            logger.exception("mcp resource read failed")
             raise resource_internal_error() from None
         finally:
             logger.info(
@@ -283,3 +361,13 @@ class Dispatcher:
                 (time.monotonic() - started) * 1000,
                 outcome,
             )
+
+
+class _Call:
+    """What the event-loop side learns about a call while it runs (for the log and audit lines)."""
+
+    __slots__ = ("scope", "execution")
+
+    def __init__(self) -> None:
+        self.scope: QueryScope | None = None
+        self.execution: Execution | None = None

@@ -44,6 +44,15 @@ def resource_refused(uri: str, exc: ApplicationError) -> MCPError:
     )
 
 
+def request_key_required(exc: ApplicationError) -> MCPError:
+    """A task-purpose call without its application request key: -32602 naming the ``_meta`` key (R-EVID-2)."""
+    return MCPError(
+        code=INVALID_PARAMS,
+        message=exc.message,
+        data={"code": exc.code, "meta_key": getattr(exc, "meta_key", "cn.tjwater/requestKey")},
+    )
+
+
 def resource_internal_error() -> MCPError:
     return MCPError(code=INTERNAL_ERROR, message="The server failed to answer this request; it has been logged.")
 

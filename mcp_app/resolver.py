@@ -9,15 +9,29 @@ lease, on every call, in every process.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from contexts.errors import ProjectContextRequired
+from django.utils import timezone
+
+from contexts.errors import ContextInvalid, ProjectContextRequired
 from contexts.scope import QueryScope
-from contexts.services import resolve_context
+from contexts.services import (
+    check_context,
+    context_handle_acceptable,
+    context_row_query_by_hash,
+    hash_handle,
+    resolve_context,
+)
 from contexts.tokens import VerifiedToken
+from mcp_app.executor import Template
 
 # Where ``resources/read`` carries the handle (R-CTX-6: the application namespace of ``_meta``).
 RESOURCE_HANDLE_META_KEY = "cn.tjwater/contextHandle"
+RESOURCE_HANDLE_MISSING = (
+    f'resources/read needs a context handle in _meta["{RESOURCE_HANDLE_META_KEY}"]; create a context for a '
+    "project first."
+)
 
 
 def _handle(value: object, missing: str | None = None) -> str:
@@ -43,9 +57,35 @@ def resolve_scope(*, token: VerifiedToken, arguments: Mapping[str, object], tool
 def resolve_resource_scope(*, token: VerifiedToken, meta: Mapping[str, object] | None) -> QueryScope:
     """The ``QueryScope`` of a ``resources/read``: the handle comes from
     ``_meta["cn.tjwater/contextHandle"]`` and is resolved without a tool (R-EVID-4, R-CTX-6)."""
-    handle = _handle(
-        (meta or {}).get(RESOURCE_HANDLE_META_KEY),
-        f'resources/read needs a context handle in _meta["{RESOURCE_HANDLE_META_KEY}"]; create a context for a '
-        "project first.",
-    )
+    handle = _handle((meta or {}).get(RESOURCE_HANDLE_META_KEY), RESOURCE_HANDLE_MISSING)
     return resolve_context(handle=handle, token=token, tool_name=None, required_permissions=())
+
+
+_TEMPLATE: Template | None = None
+
+
+def _row_template() -> Template:
+    """``context_row_query`` compiled once per process (the ORM builds and compiles it only here)."""
+    global _TEMPLATE
+    if _TEMPLATE is None:
+        _TEMPLATE = Template(context_row_query_by_hash, "0" * 64)
+    return _TEMPLATE
+
+
+#: Runs one plan statement and returns its rows (``mcp_app.executor.QueryDatabase.fetch``).
+Fetch = Callable[[Any], Awaitable[Any]]
+
+
+async def resolve_scope_async(
+    *, token: VerifiedToken, handle: object, tool_name: str | None, fetch: Fetch, missing: str | None = None
+) -> QueryScope:
+    """``resolve_scope`` on the event loop: the same statement (``context_row_query``, compiled once as a
+    ``Template``) run through the MCP driver, then the same checks (``check_context``) — the row is
+    re-read from PostgreSQL on every call, never cached (R-CTX-3)."""
+    value = _handle(handle, missing)
+    if not context_handle_acceptable(value):
+        raise ContextInvalid()
+    rows = await fetch(_row_template().bind(hash_handle(value)))
+    return check_context(
+        rows[0] if rows else None, token=token, tool_name=tool_name, required_permissions=(), now=timezone.now()
+    )

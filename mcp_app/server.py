@@ -61,13 +61,19 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
             arguments=params.arguments,
             session=ctx.session,
             progress=progress,
+            # The request's _meta goes through to dispatch (the evidence step reads the request key there).
+            meta=meta,
         )
 
     async def list_resources(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        # Evidence snapshots become resources with the evidence work (R-EVID-4); none are listed yet.
-        return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
+        # R-EVID-4: the bound task's evidence snapshots, for the context in _meta (dispatch checks it).
+        return await dispatcher.list_resources(
+            token=request_token(ctx),
+            cursor=params.cursor if params is not None else None,
+            meta=params.meta if params is not None else None,
+        )
 
     async def list_resource_templates(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None

@@ -15,8 +15,9 @@ What a plan may yield, and what it gets back:
   collection has a LIMIT — R-PAGE-1) → ``list`` of dicts / tuples, Django's converters applied
   (geometries, JSON, aware datetimes);
 - ``count_of(queryset)`` → ``int`` (``SELECT COUNT(*)`` of that queryset);
-- ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns``; only for what the ORM cannot
-  say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client text in ``sql``.
+- ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns`` (no columns: one empty dict per
+  row); only for what the ORM cannot say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client
+  text in ``sql``.
 
 A service must not evaluate a queryset itself (no ``list(qs)``, ``.first()``, ``.count()``, ``.exists()``,
 ``.aggregate()`` — each would run SQL outside the plan): ``tests/queries/test_plan.py`` checks that the
@@ -63,6 +64,14 @@ def count_of(queryset: QuerySet[Any]) -> CountOf:
     return CountOf(queryset)
 
 
+def raw_rows(statement: Raw, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """The rows of a ``Raw`` statement as dicts keyed by its ``columns``; a statement that declares no
+    columns (e.g. ``SELECT pg_sleep(…)``) gets one empty dict per row (its values are not wanted)."""
+    if not statement.columns:
+        return [{} for _ in rows]
+    return [dict(zip(statement.columns, row, strict=True)) for row in rows]
+
+
 def execute_sync(statement: Statement) -> Any:
     """Run one statement through Django's connection of this thread."""
     if isinstance(statement, CountOf):
@@ -71,7 +80,7 @@ def execute_sync(statement: Statement) -> Any:
         with connection.cursor() as cursor:
             cursor.execute(statement.sql, list(statement.params))
             rows = cursor.fetchall() if cursor.description else []
-        return [dict(zip(statement.columns, row, strict=True)) for row in rows]
+        return raw_rows(statement, rows)
     if isinstance(statement, QuerySet):
         if statement.query.high_mark is None:
             # Every collection is bounded in SQL (R-PAGE-1); an unsliced queryset is a bug in the plan.

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PORT=${PORT:-8000}
+# The demo configuration, passed here explicitly (setup writes no .env; settings read a .env only if
+# the operator created one, and these process variables take precedence over it).
 export DEBUG=${DEBUG:-1}
 export TJWATER_MCP_ENABLED=${TJWATER_MCP_ENABLED:-1}
 export TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1}
@@ -19,8 +21,13 @@ trap cleanup INT TERM EXIT
 
 .venv/bin/celery -A tjwater worker --loglevel=INFO --concurrency=2 & pids+=($!)
 .venv/bin/celery -A tjwater beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
-# No access log: the context REST API carries a handle in the DELETE path, and handles are never logged.
-.venv/bin/uvicorn tjwater.asgi:application --host 127.0.0.1 --port "$PORT" --lifespan on --no-access-log & pids+=($!)
+# With the access log: the context REST API carries a handle in the DELETE path, and the project's
+# logging filter (tjwater/logging.py) redacts it in every logger, uvicorn's access log included.
+# TJWATER_WORKERS server processes (default 1): limits, contexts and keys live in Redis/PostgreSQL, so
+# they hold across processes. Each process keeps TJWATER_MCP_DB_POOL_SIZE + TJWATER_DB_POOL_MAX database
+# connections at most (README "Scale out").
+.venv/bin/uvicorn tjwater.asgi:application --host 127.0.0.1 --port "$PORT" --lifespan on \
+  --workers "${TJWATER_WORKERS:-1}" & pids+=($!)
 
 cat <<MSG
 

@@ -127,3 +127,41 @@ def test_caller_may_use_needs_the_permission_and_the_binding() -> None:
     assert caller_may_use(entry, scope_with({"webgis.view"}, {"get_network_schema"})) is False
     # The permission must hold now, whatever the binding listed when it was made.
     assert caller_may_use(entry, scope_with({"scada.view"}, {"list_elements"})) is False
+
+
+def test_a_continuation_is_itself_a_valid_call() -> None:
+    entry = build_catalog().get("list_elements")
+    assert entry is not None
+    handle_ = "h" * 20
+    args = {"context_handle": handle_, "element_type": "pipe", "limit": 100, "offset": 40}
+    cut = fit_inline(page_result(100), args, 12000, entry.validator)
+    assert cut["continue_with"]["offset"] == 40 + len(cut["data"]["items"])
+    assert entry.validator.is_valid({**cut["continue_with"], "context_handle": handle_})
+    # Near the end of what may be paged (offset ≤ 10000) no continuation can be valid: none is offered.
+    deep = page_result(100)
+    deep["data"]["offset"] = 9990
+    cut = fit_inline(deep, {**args, "offset": 9990}, 12000, entry.validator)
+    assert cut["truncated"] is True and cut["continue_with"] is None
+    assert 0 < len(cut["data"]["items"]) < 100
+
+
+def test_invalid_text_is_refused_at_wire_validation() -> None:
+    entry = build_catalog().get("get_element_properties")
+    assert entry is not None
+    good = {"context_handle": "h" * 20, "element_type": "pipe", "element_id": "LINK-1"}
+    assert validate_arguments(entry, good) == good
+    for bad in (
+        {**good, "element_id": "\ud800x"},
+        {**good, "context_handle": "\udfff" + "h" * 20},
+        {**good, "element_id": "a\x00"},
+    ):
+        with pytest.raises(MCPError) as err:
+            validate_arguments(entry, bad)
+        assert err.value.error.code == -32602 and "not valid text" in err.value.error.message
+
+
+def test_hash_handle_never_raises() -> None:
+    from contexts.services import context_handle_acceptable, hash_handle
+
+    assert len(hash_handle("\ud800abc")) == 64
+    assert not context_handle_acceptable("\ud800" + "a" * 30)

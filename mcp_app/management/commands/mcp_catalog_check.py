@@ -1,15 +1,16 @@
-"""``manage.py mcp_catalog_check``: offline check of the tool registry (SPEC R-OPS).
+"""``manage.py mcp_catalog_check``: is the tool catalog sound, and is a running server ready (SPEC R-OPS)?
 
-Every registry tool must have: a valid JSON Schema 2020-12 input schema that is a closed object
-(``additionalProperties: false``) with a required ``context_handle`` string and only local ``$ref``s; a
-valid output schema; known permission codes; a description; and the registry must list tools in a
-stable (name) order without duplicates. Exits 1 listing every problem.
+Offline (default), every registry tool must have: a valid JSON Schema 2020-12 input schema that is a closed
+object (``additionalProperties: false``) with a required ``context_handle`` string and only local ``$ref``s;
+an output schema built from its Pydantic model; known permission codes; limits within the spec's ceilings
+(pages ≤ 500, analysis runs ≤ 100, offset ≤ 10000, ≤ 20 targets); a description; the registry in a stable
+(name) order without duplicates; and seed 001's legacy-command table (``queries.legacy``) must map every
+legacy command to a registry tool or an explicit "not offered" reason. Prints a table; exits 1 naming
+every problem.
 
-``--url URL --token TOKEN [--context-handle H]`` checks a running server instead: the 401 challenge
-without credentials, the protected-resource metadata, ``server/discover`` (2026-07-28, tools and
-resources only), ``tools/list`` (sorted, valid schemas) and, with a context handle, one harmless call
-(``get_network_schema``) whose result must validate against its output schema. It never runs model
-inference. (The live cancellation probe of SPEC R-OPS is not implemented.)
+``--url URL (--token T | --client-credentials) [--project SLUG | --context-handle H] [--json]`` checks a
+running server (``mcp_app.readiness``): prints each check and then ``ready``; exits 0 when ready, 2 when
+not ready (unreachable, a dependency down — retry later) and 3 when misconfigured (a deployment fix).
 """
 
 from __future__ import annotations
@@ -18,14 +19,24 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx2
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError
-from referencing import Registry
+from jsonschema.exceptions import SchemaError
 
 from contexts.models import Permission
+from mcp_app.readiness import LiveCheck, overall
+from queries.legacy import LEGACY_COMMANDS
 from queries.registry import ToolSpec, all_tools
+from queries.schemas.common import MAX_LIMIT, MAX_OFFSET
+
+# The spec's ceilings (R-PAGE-1/2): the largest page, analysis-run page, offset and target count a tool
+# may accept. Task evidence paging has its own byte ceiling (R-PAGE-4) and is checked by its service.
+CEILINGS = {"limit": MAX_LIMIT, "offset": MAX_OFFSET, "targets": 20}
+PAGE_CEILINGS = {"list_analysis_runs": 100}
+BYTE_PAGED = {"get_task_context", "get_task_evidence"}
+TIME_SERIES_POINTS = 10000
+EXIT_NOT_READY = 2
+EXIT_MISCONFIGURED = 3
 
 
 def _refs(node: Any) -> Iterator[str]:
@@ -67,13 +78,48 @@ def check_tool(tool: ToolSpec) -> list[str]:
     for forbidden in ("project", "project_id", "principal", "network", "token"):
         if forbidden in schema.get("properties", {}):
             problems.append(f"{tool.name}: input must not choose {forbidden}")
-    if not tool.permissions:
+    # Task tools read only the bound task itself and need no data permission (R-CTX-4, rule 2 of
+    # contexts.services.READER_QUERY_PERMISSIONS); every other tool must name one.
+    if not tool.permissions and tool.task_scope != "bound_task":
         problems.append(f"{tool.name}: no required permission")
     unknown = [p for p in tool.permissions if p not in known]
     if unknown:
         problems.append(f"{tool.name}: unknown permission codes {unknown}")
     if not tool.description.strip():
         problems.append(f"{tool.name}: no description")
+    problems.extend(check_limits(tool))
+    return problems
+
+
+def check_limits(tool: ToolSpec) -> list[str]:
+    """The wire schema's bounds stay within the spec's ceilings (R-PAGE-1/2)."""
+    if tool.name in BYTE_PAGED:
+        return []
+    problems = []
+    properties = tool.input_schema.get("properties", {})
+    limit = properties.get("limit", {})
+    ceiling = PAGE_CEILINGS.get(tool.name, MAX_LIMIT)
+    if limit and limit.get("maximum", float("inf")) > max(ceiling, TIME_SERIES_POINTS if "start" in properties else 0):
+        problems.append(f"{tool.name}: limit maximum {limit.get('maximum')} over the ceiling {ceiling}")
+    offset = properties.get("offset", {})
+    if offset and offset.get("maximum", float("inf")) > MAX_OFFSET:
+        problems.append(f"{tool.name}: offset maximum over {MAX_OFFSET}")
+    for name, prop in properties.items():
+        if prop.get("type") == "array" and name not in ("center", "data_path", "fields"):
+            if prop.get("maxItems", float("inf")) > CEILINGS["targets"]:
+                problems.append(f"{tool.name}: {name} allows more than {CEILINGS['targets']} targets")
+    return problems
+
+
+def check_legacy(tools: list[ToolSpec]) -> list[str]:
+    """Every legacy command maps to a registry tool, or says why it is not offered."""
+    names = {tool.name for tool in tools}
+    problems = []
+    for command in LEGACY_COMMANDS:
+        if command.decision == "tool" and command.tool not in names:
+            problems.append(f"legacy {command.command!r}: maps to {command.tool!r}, which is not in the registry")
+        if command.decision != "tool" and not command.note.strip():
+            problems.append(f"legacy {command.command!r}: not offered without a reason")
     return problems
 
 
@@ -87,113 +133,69 @@ def check_catalog(tools: list[ToolSpec]) -> list[str]:
         problems.append(f"duplicate tool names {duplicates}")
     for tool in tools:
         problems.extend(check_tool(tool))
+    problems.extend(check_legacy(tools))
     return problems
 
 
-PROTOCOL = "2026-07-28"
-
-
-def _rpc(url: str, token: str | None, method: str, params: dict[str, Any], name: str | None = None) -> httpx2.Response:
-    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
-    headers = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": PROTOCOL,
-        "mcp-method": method,
-    }
-    if name:
-        headers["mcp-name"] = name
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
-    return httpx2.post(url, json=body, headers=headers, timeout=30)
-
-
-def _reply(response: httpx2.Response) -> dict[str, Any]:
-    if response.headers.get("content-type", "").startswith("text/event-stream"):
-        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return json.loads(data[-1]) if data else {}
-    return response.json()
-
-
-def check_live(url: str, token: str, context_handle: str | None) -> list[str]:
-    """Check a running server at ``url`` (its /mcp endpoint)."""
-    problems: list[str] = []
-    anonymous = _rpc(url, None, "tools/list", {})
-    challenge = anonymous.headers.get("www-authenticate", "")
-    if anonymous.status_code != 401 or "resource_metadata=" not in challenge or "error=" in challenge:
-        problems.append(
-            f"no-credentials request: want 401 with resource_metadata and no error code, got {anonymous.status_code}"
-        )
-    prm_url = (
-        challenge.split('resource_metadata="', 1)[-1].split('"', 1)[0] if "resource_metadata=" in challenge else ""
-    )
-    if prm_url:
-        prm = httpx2.get(prm_url, timeout=10)
-        if prm.status_code != 200 or prm.json().get("resource") != url:
-            problems.append("protected-resource metadata missing or naming another resource")
-    discover = _reply(_rpc(url, token, "server/discover", {})).get("result", {})
-    if discover.get("supportedVersions") != [PROTOCOL]:
-        problems.append(f"server/discover: supportedVersions {discover.get('supportedVersions')}")
-    capabilities = set(discover.get("capabilities", {})) - {"extensions"}
-    if capabilities != {"tools", "resources"}:
-        problems.append(f"server/discover: capabilities {sorted(capabilities)} (want tools, resources)")
-    listing = _reply(_rpc(url, token, "tools/list", {})).get("result", {})
-    tools = listing.get("tools", [])
-    names = [t.get("name") for t in tools]
-    if not tools or names != sorted(names):
-        problems.append("tools/list: empty or not sorted by name")
+def catalog_table(tools: list[ToolSpec]) -> str:
+    rows = [("tool", "permissions", "max page", "evidence")]
     for tool in tools:
-        for key in ("inputSchema", "outputSchema"):
-            try:
-                Draft202012Validator.check_schema(tool.get(key) or {})
-            except SchemaError:
-                problems.append(f"tools/list: {tool.get('name')} has an invalid {key}")
-    if context_handle and "get_network_schema" in names:
-        schema = next(t["outputSchema"] for t in tools if t["name"] == "get_network_schema")
-        arguments = {"context_handle": context_handle, "kind": "junction"}
-        reply = _reply(
-            _rpc(url, token, "tools/call", {"name": "get_network_schema", "arguments": arguments}, "get_network_schema")
-        )
-        result = reply.get("result", {})
-        if result.get("isError") or result.get("resultType") != "complete":
-            problems.append(
-                f"harmless call get_network_schema failed: {result.get('structuredContent') or reply.get('error')}"
-            )
-        else:
-            try:
-                Draft202012Validator(schema, registry=Registry()).validate(result.get("structuredContent"))
-            except ValidationError:
-                problems.append("harmless call: structuredContent does not match outputSchema")
-    return problems
+        limit = tool.input_schema.get("properties", {}).get("limit", {}).get("maximum", "-")
+        rows.append((tool.name, " ".join(tool.permissions) or "(bound task)", str(limit), str(tool.evidence_allowed)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
 
 
 class Command(BaseCommand):
-    help = "Check the tool registry offline (schemas, permissions, stable order), or a running server with --url."
+    help = "Check the tool registry offline, or whether a running server is ready (--url)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--url", help="check a running server's /mcp endpoint instead of the local registry")
-        parser.add_argument("--token", help="bearer token for --url (mcp.catalog.read and mcp.query)")
-        parser.add_argument("--context-handle", help="context handle for the harmless call (--url)")
+        parser.add_argument("--token", help="bearer token for --url (mcp.query and mcp.context.bind for the call)")
+        parser.add_argument(
+            "--client-credentials", action="store_true", help="get the token from the issuer (this service's client)"
+        )
+        parser.add_argument("--project", help="project to bind the short-lived context of the harmless call to")
+        parser.add_argument("--context-handle", help="use this context for the harmless call instead")
+        parser.add_argument("--json", action="store_true", help="machine-readable output (monitoring)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["url"]:
-            if not options["token"]:
-                raise CommandError("--url needs --token")
-            try:
-                problems = check_live(options["url"], options["token"], options["context_handle"])
-            except (httpx2.HTTPError, ValueError) as exc:
-                raise CommandError(f"the server could not be checked ({type(exc).__name__})", returncode=1) from None
-            if problems:
-                for problem in problems:
-                    self.stderr.write(problem)
-                raise CommandError(f"{len(problems)} live check problem(s)", returncode=1)
-            self.stdout.write(f"live check ok: {options['url']}")
+            self._live(options)
             return
         tools = all_tools()
         problems = check_catalog(tools)
+        if options["json"]:
+            self.stdout.write(json.dumps({"status": "ok" if not problems else "problems", "problems": problems}))
         if problems:
             for problem in problems:
                 self.stderr.write(problem)
             raise CommandError(f"{len(problems)} catalog problem(s)", returncode=1)
-        self.stdout.write(f"catalog ok: {len(tools)} tools")
+        if not options["json"]:
+            self.stdout.write(f"catalog ok: {len(tools)} tools, {len(LEGACY_COMMANDS)} legacy commands mapped")
+            self.stdout.write(catalog_table(tools))
+
+    def _live(self, options: dict[str, Any]) -> None:
+        token = options["token"]
+        if options["client_credentials"]:
+            from mcp_app.management.commands.mcp_token import fetch_client_credentials_token
+
+            token = fetch_client_credentials_token(scope="mcp.catalog.read mcp.query mcp.context.bind")
+        if not token:
+            raise CommandError("--url needs --token or --client-credentials", returncode=EXIT_MISCONFIGURED)
+        checks = LiveCheck(
+            options["url"], token, project=options["project"], context_handle=options["context_handle"]
+        ).run()
+        status = overall(checks)
+        verdict = {"ok": "ready", "not_ready": "not ready", "misconfigured": "misconfigured"}[status]
+        if options["json"]:
+            body = {"status": verdict, "checks": [c.__dict__ for c in checks], "url": options["url"]}
+            self.stdout.write(json.dumps(body))
+        else:
+            for check in checks:
+                self.stdout.write(f"{check.status:<13} {check.name:<16} {check.detail}")
+            self.stdout.write(verdict)
+        if status == "not_ready":
+            raise CommandError("the server is not ready", returncode=EXIT_NOT_READY)
+        if status == "misconfigured":
+            raise CommandError("the server is misconfigured", returncode=EXIT_MISCONFIGURED)

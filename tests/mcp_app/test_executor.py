@@ -1,0 +1,287 @@
+"""The MCP hot path's async plan driver (``mcp_app.executor``) against ``run_sync``, for every registry tool.
+
+Every tool of the registry must have sample arguments here (``SAMPLES``); a tool without them fails the
+test, so a new tool cannot skip the comparison silently. Each sample runs through ``run_sync`` (Django's
+connection) and through the async driver twice — the first run compiles and learns the statement
+shapes, the second binds values into the cached SQL — and the three outcomes must be identical: the
+same result (``queried_at`` aside, it is the clock) or the same refusal. Real PostGIS, the demo data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from contexts.errors import ApplicationError
+from contexts.models import Membership
+from contexts.scope import QueryScope
+from mcp_app.executor import Execution, QueryDatabase, StatementCompiler, Template, _Shape, run_plan
+from queries.plan import run_sync
+from queries.registry import all_tools
+
+pytestmark = pytest.mark.django_db
+
+DEMO = "tianjin-demo"
+DAY = {"start": "2026-11-01T06:00:00Z", "end": "2026-11-01T09:00:00Z"}
+
+#: tool name → sample argument sets (without ``context_handle``), against the demo data. Include
+#: a refusal where one is cheap (an unknown id): refusals must match too.
+SAMPLES: dict[str, list[dict[str, Any]]] = {
+    "get_element_properties": [
+        {"element_type": "pipe", "element_id": "LINK-0"},
+        {"element_type": "junction", "element_id": "JUNCTION-10"},
+        {"element_type": "pipe", "element_id": "no-such-pipe"},
+    ],
+    "list_elements": [
+        {"element_type": "junction", "limit": 5, "offset": 0},
+        {"element_type": "junction", "limit": 3, "offset": 7},
+        {"element_type": "pump"},
+    ],
+    "get_network_options": [{"kind": "hydraulic"}, {"kind": "time"}, {"kind": "pump_energy"}],
+    "get_network_schema": [{"kind": "pipe"}, {"kind": "scada-device"}],
+    "get_element_gis_properties": [{"element_type": "pipe", "element_id": "LINK-922"}],
+    "get_source_gis_properties": [{"layer_key": "water_mains", "source_fid": "WM-200003"}],
+    "list_scada_devices": [{"limit": 5}, {"limit": 2, "offset": 3}],
+    "get_scada_device": [{"device_id": "PT-001"}, {"device_id": "NOPE-1"}],
+    "query_scada_readings": [
+        {"device_ids": ["PT-001", "PT-002"], **DAY, "field": "monitored_value", "limit": 50},
+        {"device_ids": ["PT-003"], **DAY, "field": "cleaned_value"},
+    ],
+    "query_model_baseline_series": [
+        {"element_type": "junction", "element_ids": ["JUNCTION-0", "JUNCTION-1"], **DAY},
+    ],
+    "get_model_baseline_at_time": [
+        {"element_type": "junction", "element_id": "JUNCTION-0", "time": "2026-11-01T08:00:00Z"},
+    ],
+    "query_model_baseline_field": [
+        {"element_type": "junction", "field": "pressure", "time": "2026-11-01T08:00:00Z"},
+    ],
+    "query_nearby_elements": [
+        {"center": [117.1392082, 39.0752639], "element_type": "junction", "radius_m": 300},
+        {"center": [117.1392082, 39.0752639], "radius_m": 1000, "limit": 10, "offset": 5},
+    ],
+    "get_workbench_runtime": [{}, {"data_source": "scada"}],
+    "query_peripheral_data": [
+        {"source": "points"},
+        {"source": "work_orders", "limit": 5},
+        {"source": "observations", "point_id": "HY-001"},
+        {"source": "test_data", "limit": 5},
+    ],
+    "list_analysis_runs": [{}, {"limit": 2, "offset": 1}],
+    "get_analysis_run": [{"run_id": "burst-20261101-0800"}, {"run_id": "no-such-run"}],
+    "list_analysis_results": [
+        {"run_id": "isolation-20261101-0830"},
+        {"run_id": "isolation-20261101-0830", "result_type": "valves_to_close"},
+    ],
+    "query_analysis_series": [
+        {
+            "run_id": "burst-20261101-0800",
+            "element_type": "junction",
+            "element_id": "JUNCTION-0",
+            "field": "pressure",
+            **DAY,
+        },
+    ],
+    "query_analysis_values": [
+        {
+            "run_id": "burst-20261101-0800",
+            "element_type": "junction",
+            "field": "pressure",
+            "time": "2026-11-01T08:00:00Z",
+        },
+    ],
+    "list_sensor_placement_runs": [{}],
+    "get_sensor_placement_run": [{"run_id": "placement-coverage-10"}, {"run_id": "placement-demand-20", "limit": 3}],
+    "query_element_history": [
+        {"elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}], **DAY, "mode": "observed"},
+        {
+            "elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}],
+            **DAY,
+            "mode": "analysis_comparison",
+            "run_id": "burst-20261101-0800",
+        },
+    ],
+    # Task tools: the ordinary_chat scope below is refused by them; the refusal must be the same.
+    "get_task_context": [{}],
+    "get_task_evidence": [{"evidence_id": "ev-unknown"}],
+    "test_slow_query": [{"seconds": 0.01}],
+}
+
+
+def demo_scope() -> QueryScope:
+    membership = Membership.objects.select_related("principal", "project").get(
+        project__slug=DEMO, principal__subject="alice"
+    )
+    return QueryScope(
+        principal_id=membership.principal_id,
+        issuer=membership.principal.issuer,
+        subject=membership.principal.subject,
+        client_id="tjwater-agent-mcp",
+        project_id=membership.project_id,
+        project_slug=DEMO,
+        permissions=frozenset(membership.permissions),
+        purpose="ordinary_chat",
+        allowed_tools=frozenset(t.name for t in all_tools()),
+    )
+
+
+def outcome(run: Any) -> tuple[str, Any]:
+    try:
+        result = run()
+    except ApplicationError as exc:
+        return "refused", (type(exc).__name__, exc.code, exc.message, exc.details)
+    dumped = result.model_dump(mode="json")
+    dumped.pop("queried_at", None)
+    return "ok", dumped
+
+
+async def outcome_async(db: QueryDatabase, plan: Any) -> tuple[str, Any]:
+    conn = await db.checkout()
+    try:
+        result = await run_plan(plan, Execution(conn), db.compiler)
+    except ApplicationError as exc:
+        return "refused", (type(exc).__name__, exc.code, exc.message, exc.details)
+    finally:
+        await db.give_back(conn)
+    dumped = result.model_dump(mode="json")
+    dumped.pop("queried_at", None)
+    return "ok", dumped
+
+
+def test_every_tool_gives_the_same_result_on_both_drivers(demo_loaded: None) -> None:
+    scope = demo_scope()
+    tools = {t.name: t for t in all_tools()}
+    missing = sorted(set(tools) - set(SAMPLES))
+    assert not missing, f"tools without sample arguments in tests/mcp_app/test_executor.py: {missing}"
+
+    expected: list[tuple[str, dict[str, Any], tuple[str, Any]]] = []
+    for name, samples in SAMPLES.items():
+        if name not in tools:
+            continue  # a sample for a tool that is not registered in these settings (none today)
+        for args in samples:
+            spec = tools[name]
+            expected.append((name, args, outcome(lambda spec=spec, args=args: run_sync(spec.invoke(scope, args)))))
+
+    async def run_async() -> tuple[list[tuple[str, Any]], StatementCompiler]:
+        db = QueryDatabase(size=2, budget_s=30, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            outcomes = []
+            for _round in range(2):  # 1st: compile and learn the shapes; 2nd: cached SQL, re-bound values
+                for name, args, _ in expected:
+                    outcomes.append(await outcome_async(db, tools[name].invoke(scope, args)))
+            return outcomes, db.compiler
+        finally:
+            await db.close()
+
+    outcomes, compiler = asyncio.run(run_async())
+    for round_outcomes in (outcomes[: len(expected)], outcomes[len(expected) :]):
+        for (name, args, want), got in zip(expected, round_outcomes, strict=True):
+            assert got == want, f"{name}({args}): async driver differs from run_sync"
+    assert sum(1 for _, _, (kind, _) in expected if kind == "ok") >= len(SAMPLES) // 2
+    assert compiler.hits > 0  # the second round ran on cached shapes
+    # Time-window shapes (aware datetimes) are cached too, not compiled on every call.
+    cached_keys = [key for key, shape in compiler._shapes.items() if isinstance(shape, _Shape)]
+    assert any(isinstance(part, tuple) and len(part) == 2 and part[1] is datetime for k in cached_keys for part in k)
+
+
+def test_cached_shapes_rebind_values_not_sql() -> None:
+    """Two statements of one shape share SQL and differ in parameters only — including the page,
+    which Django inlines as literals and the driver binds."""
+    from queries.models import ELEMENT_MODELS
+
+    compiler = StatementCompiler()
+    pipe = ELEMENT_MODELS["pipe"]
+    first = compiler.compile(pipe.objects.filter(project_id=1, element_id="A").values("element_id")[:5])
+    second = compiler.compile(pipe.objects.filter(project_id=2, element_id="B").values("element_id")[:8])
+    assert compiler.hits == 1 and second.sql == first.sql
+    assert first.params == ("A", 1, 5) and second.params == ("B", 2, 8)
+    paged = compiler.compile(pipe.objects.filter(project_id=2, element_id="B").values("element_id")[10:30])
+    assert paged.params == ("B", 2, 20, 10) and paged.sql.endswith("LIMIT %s OFFSET %s")
+    # A different structure (IS NULL instead of a value) is a different shape, never a re-bind.
+    null = compiler.compile(pipe.objects.filter(project_id=2, tag__isnull=True).values("element_id")[:5])
+    assert "IS NULL" in null.sql and null.params == (2, 5)
+
+
+def test_template_refuses_a_factory_whose_sql_depends_on_its_arguments() -> None:
+    from queries.models import ELEMENT_MODELS
+
+    pipe = ELEMENT_MODELS["pipe"]
+    template = Template(lambda eid: pipe.objects.filter(element_id=eid).values("element_id")[:1], "x")
+    assert template.bind("LINK-1").params == ("LINK-1", 1)
+    with pytest.raises(ValueError):
+        Template(lambda eid: pipe.objects.filter(element_id=eid or None).values("element_id")[:1], "")
+    with pytest.raises(TypeError):
+        template.bind(5)
+
+
+def test_query_connections_are_read_only_with_the_budget() -> None:
+    async def probe() -> list[Any]:
+        db = QueryDatabase(size=1, budget_s=7, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            try:
+                cur = await conn.execute("SHOW default_transaction_read_only")
+                read_only = (await cur.fetchone())[0]
+                cur = await conn.execute("SHOW statement_timeout")
+                timeout = (await cur.fetchone())[0]
+                return [read_only, timeout, conn.autocommit]
+            finally:
+                await db.give_back(conn)
+        finally:
+            await db.close()
+
+    assert asyncio.run(probe()) == ["on", "7s", True]
+    assert settings.TJWATER_MCP_DB_POOL_SIZE >= 4
+
+
+def test_a_cancelled_call_stops_its_statement_and_starts_no_other() -> None:
+    """Issue 9 item 6: cancelling the call (as the SDK does when the client goes away: a level-triggered
+    anyio cancel scope) cancels the running statement in PostgreSQL, waits until it has stopped, and
+    the plan's next statement never starts."""
+    import anyio
+
+    from queries.plan import Raw
+
+    reached_second = []
+
+    def plan() -> Any:
+        yield Raw("SELECT pg_sleep(30)")
+        reached_second.append(True)
+        yield Raw("SELECT 1", (), ("one",))
+        return None
+
+    async def run() -> tuple[Execution, int]:
+        db = QueryDatabase(size=2, budget_s=60, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            execution = Execution(conn)
+            try:
+                with anyio.move_on_after(1.0):
+                    await run_plan(plan(), execution, db.compiler)
+            finally:
+                await db.give_back(conn)
+            # The statement has stopped before the cancellation finished unwinding: nothing sleeps.
+            probe = await db.checkout()
+            try:
+                cur = await probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+                    " AND query LIKE 'SELECT pg_sleep(30)%%' AND application_name = 'tjwater-mcp-query'"
+                )
+                active = (await cur.fetchone())[0]
+            finally:
+                await db.give_back(probe)
+            return execution, active
+        finally:
+            await db.close()
+
+    execution, active = asyncio.run(run())
+    assert execution.cancelled and execution.cancel_sent
+    assert reached_second == []
+    assert active == 0
