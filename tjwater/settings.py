@@ -17,8 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
-# A local `.env` (written by `make setup` for the demo run, never committed) fills in variables the
-# process environment does not set. TJWATER_READ_ENV_FILE=0 ignores it (tests of the defaults do).
+# A local `.env` fills in variables the process environment does not set — only if an operator created
+# it: nothing in the project writes one (`make run` passes the demo configuration in its own
+# environment), so the demo settings are never picked up implicitly. TJWATER_READ_ENV_FILE=0 ignores it.
 _env_file = BASE_DIR / ".env"
 if env.bool("TJWATER_READ_ENV_FILE", default=True) and _env_file.is_file():
     environ.Env.read_env(str(_env_file))
@@ -48,6 +49,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.gis",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "mozilla_django_oidc",
     "contexts",
     "queries",
@@ -85,17 +88,26 @@ TEMPLATES = [
 
 # PostGIS through psycopg 3. Under ASGI every request runs in its own thread, and persistent
 # connections would open one connection per thread (SDK_NOTES "Performance"): use Django's pool.
+# An unreachable database must be a quick, retryable DATA_SOURCE_UNAVAILABLE, not a stall (issue 9):
+# - TJWATER_DB_CONNECT_TIMEOUT_S (libpq connect_timeout; libpq's minimum is 2 s) bounds one connection
+#   attempt to a host that accepts nothing or never answers;
+# - TJWATER_DB_POOL_TIMEOUT_S bounds how long a request waits to check a connection out of the pool
+#   (psycopg_pool.PoolTimeout → 503). While PostgreSQL is down the pool keeps reconnecting in the
+#   background, so a request never waits longer than this, and the service recovers by itself.
+# Both 2 s by default: a refused or hanging database answers within about 2-3 s.
+TJWATER_DB_CONNECT_TIMEOUT_S = env.int("TJWATER_DB_CONNECT_TIMEOUT_S", default=2)
+TJWATER_DB_POOL_TIMEOUT_S = env.float("TJWATER_DB_POOL_TIMEOUT_S", default=2.0)
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default="postgis://postgres@127.0.0.1:5432/tjwater"),
 }
 DATABASES["default"]["ENGINE"] = "django.contrib.gis.db.backends.postgis"
 DATABASES["default"].setdefault("OPTIONS", {})
-DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", 5)
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", max(2, TJWATER_DB_CONNECT_TIMEOUT_S))
 if env.bool("TJWATER_DB_POOL", default=True):
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 1,
         "max_size": env.int("TJWATER_DB_POOL_MAX", default=16),
-        "timeout": 10,
+        "timeout": TJWATER_DB_POOL_TIMEOUT_S,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 
@@ -149,6 +161,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "contexts.purge",
         "schedule": crontab(minute=17),
     },
+    # Evidence receipts left pending by a crashed process (older than the query budget) → failed, so a
+    # retry with the same request key can proceed (SPEC §9, R-EVID-2).
+    "evidence-fail-stale-receipts": {
+        "task": "evidence.fail_stale_receipts",
+        "schedule": 60.0,
+    },
 }
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
@@ -167,6 +185,11 @@ TJWATER_MCP_HOST_CLIENT = env.str("TJWATER_MCP_HOST_CLIENT", default="tjwater-ag
 TJWATER_MCP_EXPOSED_TOOLS = env.list("TJWATER_MCP_EXPOSED_TOOLS", default=[])
 TJWATER_MCP_QUERY_BUDGET_S = env.int("TJWATER_MCP_QUERY_BUDGET_S", default=30)
 TJWATER_MCP_MAX_CONCURRENT = env.int("TJWATER_MCP_MAX_CONCURRENT", default=4)
+# Read-only PostgreSQL connections of /mcp's own query pool, per server process (mcp_app.executor), opened
+# at start-up and kept. Total connections = TJWATER_WORKERS × (this + TJWATER_DB_POOL_MAX) + Celery; keep
+# it below PostgreSQL's max_connections (README "Scale out"). A process runs at most this minus 1-2 tool
+# queries at once (the rest resolve new calls) and refuses more at once with RATE_LIMITED.
+TJWATER_MCP_DB_POOL_SIZE = env.int("TJWATER_MCP_DB_POOL_SIZE", default=10)
 TJWATER_CONTEXT_TTL_S = env.int("TJWATER_CONTEXT_TTL_S", default=600)
 # Revoked or expired context bindings are deleted this long after they stopped working (contexts.purge).
 TJWATER_CONTEXT_RETENTION_S = env.int("TJWATER_CONTEXT_RETENTION_S", default=7 * 24 * 3600)
@@ -181,6 +204,10 @@ TJWATER_OIDC_CLIENT_SECRET = env.str("TJWATER_OIDC_CLIENT_SECRET", default="")
 # unknown `kid` (a flood of forged kids must not turn into a flood of JWKS requests, R-AUTH-2).
 TJWATER_OIDC_JWKS_CACHE_S = env.int("TJWATER_OIDC_JWKS_CACHE_S", default=300)
 TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S = env.float("TJWATER_OIDC_JWKS_REFETCH_COOLDOWN_S", default=30.0)
+# While the issuer is unreachable, the last good keys keep serving for this many seconds past the cache
+# lifetime (one background refresh at a time retries); after that verification answers a retryable 503
+# (issue 9 item 4, R-AUTH-5). 0 = no grace.
+TJWATER_OIDC_JWKS_GRACE_S = env.int("TJWATER_OIDC_JWKS_GRACE_S", default=3600)
 TJWATER_OIDC_HTTP_TIMEOUT_S = env.float("TJWATER_OIDC_HTTP_TIMEOUT_S", default=3.0)
 # The issuer's JWKS (and discovery document) re-read into the shared cache ahead of expiry, so no request
 # pays for the fetch and a newly published key is known before tokens signed with it arrive (SPEC §9):
@@ -243,10 +270,38 @@ if TJWATER_OIDC_ADMIN_ENABLED:
     AUTHENTICATION_BACKENDS = ["tjwater.oidc.OperatorOIDCBackend"] + (
         ["django.contrib.auth.backends.ModelBackend"] if DEBUG else []
     )
+    # An operator's admin session is re-checked at the provider this often: once the id_token's renewal
+    # time has passed, the next admin page (a GET) sends the browser through a silent `prompt=none`
+    # authorization, and the callback signs the operator in again only if the provider still vouches
+    # for them with the operator role (mozilla-django-oidc SessionRefresh). 15 minutes by default.
+    OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = env.int("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", default=15 * 60)
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1,
+        "mozilla_django_oidc.middleware.SessionRefresh",
+    )
 elif not DEBUG:
     # Without OIDC, a local superuser may sign in to the admin only in development (DEBUG=True):
     # a production deployment without the provider has no admin sign-in at all (refuse by default).
     AUTHENTICATION_BACKENDS = []
+
+# --- HTTP security of the Django side (admin sessions, CSRF, HSTS) ------------------------------
+# Session and CSRF cookies are never readable by scripts; with DEBUG=False they are sent over HTTPS
+# only and HSTS is on, so production must be served over TLS (directly, or behind a TLS proxy).
+# TJWATER_BEHIND_TLS_PROXY=1 says a TLS-terminating proxy in front sets X-Forwarded-Proto (and strips
+# it from clients): only then is that header trusted to mark a request as HTTPS. Off by default, since
+# trusting it without such a proxy would let any client claim HTTPS.
+# HSTS covers this host only by default: TJWATER_HSTS_INCLUDE_SUBDOMAINS=1 extends it to every
+# subdomain, which is the deployment's call (a plain-HTTP service under the same name would break).
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+TJWATER_BEHIND_TLS_PROXY = env.bool("TJWATER_BEHIND_TLS_PROXY", default=False)
+if TJWATER_BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env.int("TJWATER_HSTS_SECONDS", default=365 * 24 * 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("TJWATER_HSTS_INCLUDE_SUBDOMAINS", default=False)
 
 REST_FRAMEWORK = {
     # The context API authenticates with the MCP bearer validator explicitly per view; no global
@@ -255,13 +310,43 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 
+# OpenAPI 3.1 of the REST API (drf-spectacular): /api/schema/, browsable at /api/docs/ with the Swagger UI
+# shipped in drf-spectacular-sidecar (no CDN). The query routes' schemas come from the tool registry
+# (queries.api): their result models are added as components by the post-processing hook.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "tjwater-mcp REST API",
+    "DESCRIPTION": "The same query services as /mcp, over REST: same data, same permissions (bearer JWT for "
+    "the API audience; permissions from the live project membership).",
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": ["queries.api.openapi_components"],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+}
+# REST bearer tokens (SPEC §12): same issuer and validator as /mcp, their own audience and client allowlist.
+TJWATER_API_AUDIENCE = env.str("TJWATER_API_AUDIENCE", default="tjwater-api")
+TJWATER_API_ALLOWED_CLIENTS = env.list("TJWATER_API_ALLOWED_CLIENTS", default=TJWATER_MCP_ALLOWED_CLIENTS)
+
+# Context handles never reach a log (R-CTX-5, SPEC §10): tjwater.logging applies LOGGING and then puts
+# its RedactHandlePaths filter on the loggers that write request paths (django.request, django.server,
+# uvicorn.access, uvicorn.error) and on every handler present at Django set-up — uvicorn's own
+# handlers included, however the server is started (access log on or off, manage.py runserver).
+LOGGING_CONFIG = "tjwater.logging.configure"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"redact_handle_paths": {"()": "tjwater.logging.RedactHandlePaths"}},
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_handle_paths"]}
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
