@@ -1,7 +1,9 @@
 """Django admin for the contexts app (SPEC R-CTX-5).
 
 Every model is browse-only here, for everyone (superusers and the operator group alike): projects,
-principals and memberships change only through the audited onboarding services (SPEC §10 "Admin never
+principals and memberships change only through the audited onboarding services — the "Create a project"
+and "Grant or change a membership" pages and the "Revoke selected memberships" action call them
+(``contexts.admin_onboarding``) — (SPEC §10 "Admin never
 edits these rows directly" — an admin edit could rewrite a principal's issuer/subject and inherit its
 memberships with no audit row); tasks, runs, execution requests and report revisions are written by the
 host's workflow (report revisions are immutable in the database). Query contexts are listed and
@@ -16,12 +18,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils import timezone
 
-from contexts import services
+from contexts import admin_onboarding, services
 from contexts.errors import ApplicationError
 from contexts.models import (
     ContextEvent,
@@ -49,10 +53,51 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class OnboardingAdmin(ReadOnlyAdmin):
+    """Read-only rows plus one onboarding form (``contexts.admin_onboarding``) for operators."""
+
+    change_list_template = "admin/contexts/onboarding_change_list.html"
+    onboarding_path = ""
+    onboarding_label = ""
+    onboarding_view: Any = None
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view(self._onboarding)
+        name = f"{self.model._meta.app_label}_{self.model._meta.model_name}_{self.onboarding_path}"
+        return [path(f"{self.onboarding_path}/", view, name=name), *super().get_urls()]
+
+    def _onboarding(self, request: HttpRequest) -> Any:
+        if not admin_onboarding.is_operator(request):
+            raise PermissionDenied
+        return type(self).onboarding_view(self, request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        meta = self.model._meta
+        url = reverse(f"admin:{meta.app_label}_{meta.model_name}_{self.onboarding_path}")
+        extra = {
+            "onboarding_url": url if admin_onboarding.is_operator(request) else "",
+            "onboarding_label": self.onboarding_label,
+        }
+        return super().changelist_view(request, {**(extra_context or {}), **extra})
+
+    def has_onboard_permission(self, request: HttpRequest) -> bool:
+        return admin_onboarding.is_operator(request)
+
+    # Operators browse these (read-only) to onboard, like contexts, without per-model permissions.
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return admin_onboarding.is_operator(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return admin_onboarding.is_operator(request)
+
+
 @admin.register(Project)
-class ProjectAdmin(ReadOnlyAdmin):
+class ProjectAdmin(OnboardingAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
+    onboarding_path = "create"
+    onboarding_label = "Create a project"
+    onboarding_view = admin_onboarding.project_create_view
 
 
 @admin.register(Principal)
@@ -63,7 +108,11 @@ class PrincipalAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Membership)
-class MembershipAdmin(ReadOnlyAdmin):
+class MembershipAdmin(OnboardingAdmin):
+    onboarding_path = "grant"
+    onboarding_label = "Grant or change a membership"
+    onboarding_view = admin_onboarding.membership_grant_view
+    actions = [admin_onboarding.revoke_memberships]
     list_display = ["principal", "project", "permissions", "revoked_at"]
     list_filter = ["project", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["principal__subject", "principal__display_name", "project__slug"]

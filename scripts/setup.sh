@@ -103,11 +103,15 @@ fi
 psql_admin -d "$DB_NAME" -c "CREATE EXTENSION IF NOT EXISTS postgis"
 
 export DATABASE_URL=${DATABASE_URL:-postgis://postgres@127.0.0.1:5432/$DB_NAME}
+# Setup's own manage.py runs use the local demo configuration (as make run does), passed to them alone:
+# settings refuse DEBUG=False without a real SECRET_KEY, and the demo principals belong to the dev issuer.
+# An operator's own environment (DEBUG, TJWATER_DEV_ISSUER set) wins.
+dev_manage() { DEBUG=${DEBUG:-1} TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1} .venv/bin/python manage.py "$@"; }
 say "migrating $DB_NAME"
-.venv/bin/python manage.py migrate --noinput -v 0
+dev_manage migrate --noinput -v 0
 
-if [[ ${SETUP_SKIP_DEMO:-0} != 1 ]] && .venv/bin/python manage.py help seed_demo >/dev/null 2>&1; then
+if [[ ${SETUP_SKIP_DEMO:-0} != 1 ]] && dev_manage help seed_demo >/dev/null 2>&1; then
   say "loading demo data if the database has none"
-  .venv/bin/python manage.py seed_demo --if-empty
+  dev_manage seed_demo --if-empty
 fi
 say "ready"
