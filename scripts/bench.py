@@ -65,6 +65,11 @@ class Scenario:
 
 # Each tool at a typical and at its maximum size. Arguments follow the tools' input schemas; a tool the
 # catalog does not serve is reported as such, never silently dropped.
+START, END, AT = "2026-11-01T06:00:00Z", "2026-11-01T10:00:00Z", "2026-11-01T08:30:00Z"
+DAY = ("2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z")
+PRESSURE_DEVICES = [f"PT-{n:03d}" for n in range(1, 21)]
+HISTORY = [{"element_type": "pipe", "element_id": "LINK-225"}, {"element_type": "pipe", "element_id": "LINK-1523"}]
+
 SCENARIOS: list[Scenario] = [
     Scenario(
         "get_element_properties pipe", "get_element_properties", {"element_type": "pipe", "element_id": "LINK-1523"}
@@ -73,6 +78,85 @@ SCENARIOS: list[Scenario] = [
     Scenario("list_elements 500 (max page)", "list_elements", {"element_type": "junction", "limit": 500}),
     Scenario("get_network_options hydraulic", "get_network_options", {"kind": "hydraulic"}),
     Scenario("get_network_schema pipe", "get_network_schema", {"kind": "pipe"}),
+    Scenario("query_nearby_elements 200 m (demo)", "query_nearby_elements", {"center": [117.2, 39.1]}),
+    Scenario("query_nearby_elements 200 m (scale)", "query_nearby_elements", {"center": [117.2, 39.1]}, SCALE),
+    Scenario(
+        "query_nearby_elements 1 km, page 100 (scale)",
+        "query_nearby_elements",
+        {"center": [117.2, 39.1], "radius_m": 1000, "limit": 100},
+        SCALE,
+    ),
+    Scenario(
+        "get_element_gis_properties",
+        "get_element_gis_properties",
+        {"element_type": "junction", "element_id": "JUNCTION-1"},
+    ),
+    Scenario(
+        "get_source_gis_properties",
+        "get_source_gis_properties",
+        {"layer_key": "water_mains", "source_fid": "WM-200003"},
+    ),
+    Scenario("list_scada_devices 20", "list_scada_devices", {}),
+    Scenario("get_scada_device", "get_scada_device", {"device_id": "PT-004"}),
+    Scenario(
+        "query_scada_readings 2 devices × 4 h",
+        "query_scada_readings",
+        {"device_ids": ["PT-004", "FT-001"], "start": START, "end": END, "field": "cleaned_value"},
+    ),
+    Scenario(
+        "query_scada_readings 20 devices × 24 h (max)",
+        "query_scada_readings",
+        {"device_ids": PRESSURE_DEVICES, "start": DAY[0], "end": DAY[1], "field": "monitored_value"},
+    ),
+    Scenario(
+        "query_model_baseline_series 2 × 4 h",
+        "query_model_baseline_series",
+        {"element_type": "junction", "element_ids": ["JUNCTION-0", "JUNCTION-1"], "start": START, "end": END},
+    ),
+    Scenario(
+        "get_model_baseline_at_time",
+        "get_model_baseline_at_time",
+        {"element_type": "pipe", "element_id": "LINK-1523", "time": AT},
+    ),
+    Scenario(
+        "query_model_baseline_field 500 (max page)",
+        "query_model_baseline_field",
+        {"element_type": "junction", "field": "pressure", "time": AT, "limit": 500},
+    ),
+    Scenario("list_analysis_runs", "list_analysis_runs", {}),
+    Scenario("get_analysis_run", "get_analysis_run", {"run_id": "burst-20261101-0800"}),
+    Scenario("list_analysis_results", "list_analysis_results", {"run_id": "isolation-20261101-0830"}),
+    Scenario(
+        "query_analysis_series 4 h",
+        "query_analysis_series",
+        {
+            "run_id": "burst-20261101-0800",
+            "element_type": "pipe",
+            "element_id": "LINK-1523",
+            "field": "flow",
+            "start": START,
+            "end": END,
+        },
+    ),  # fmt: skip
+    Scenario(
+        "query_analysis_values 20",
+        "query_analysis_values",
+        {"run_id": "burst-20261101-0800", "element_type": "junction", "field": "pressure", "time": AT},
+    ),
+    Scenario("list_sensor_placement_runs", "list_sensor_placement_runs", {}),
+    Scenario("get_sensor_placement_run", "get_sensor_placement_run", {"run_id": "placement-coverage-10"}),
+    Scenario(
+        "query_element_history realtime 4 h",
+        "query_element_history",
+        {"elements": HISTORY, "start": START, "end": END, "mode": "realtime_comparison"},
+    ),
+    Scenario(
+        "query_element_history max page",
+        "query_element_history",
+        {"elements": HISTORY, "start": DAY[0], "end": DAY[1], "mode": "observed", "limit": 500},
+    ),
+    Scenario("get_workbench_runtime", "get_workbench_runtime", {}),
+    Scenario("query_peripheral_data observations", "query_peripheral_data", {"source": "observations"}),
 ]
 
 
