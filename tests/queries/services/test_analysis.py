@@ -16,6 +16,7 @@ from contexts.scope import QueryScope
 from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResult, AnalysisRun
 from queries.schemas.common import PageRequest
 from queries.services import analysis
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -33,16 +34,7 @@ def iso(t: datetime) -> str:
 
 def alice_scope() -> QueryScope:
     project = Project.objects.get(slug=DEMO)
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"webgis.view", "simulation.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"webgis.view", "simulation.view"})
 
 
 def runs_of(slug: str) -> list[AnalysisRun]:

@@ -19,6 +19,7 @@ from queries.models import ELEMENT_MODELS, LinkBaseline, NodeBaseline, Reservoir
 from queries.registry import tools_by_name
 from queries.schemas.common import PageRequest
 from queries.services import baseline
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -32,16 +33,7 @@ def iso(t: datetime) -> str:
 
 
 def scope_on(project: Project) -> QueryScope:
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"simulation.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"simulation.view"})
 
 
 def ids_of(element_type: str, slug: str = DEMO, n: int = 3) -> list[str]:

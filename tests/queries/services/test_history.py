@@ -32,6 +32,7 @@ from queries.models import (
 from queries.schemas.common import PageRequest
 from queries.schemas.history import ElementKey
 from queries.services import history
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -48,16 +49,7 @@ def iso(t: datetime) -> str:
 
 def scope_with(*permissions: str) -> QueryScope:
     project = Project.objects.get(slug=DEMO)
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset(permissions),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, permissions)
 
 
 def devices_by_distance() -> list[ScadaDevice]:

@@ -13,6 +13,7 @@ from contexts.scope import QueryScope
 from queries.importer.epanet import import_network
 from queries.schemas.common import PageRequest
 from queries.services import network
+from tests.queries.factories import service_scope
 
 NET1 = Path(wntr.__file__).parent / "library" / "networks" / "Net1.inp"
 
@@ -20,16 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 def scope_for(project: Project) -> QueryScope:
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="s",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"webgis.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"webgis.view"}, subject="s")
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from contexts.models import Project
-from contexts.scope import QueryScope
 from queries.models import SensorPlacementRun
 from queries.schemas.common import PageRequest
 from queries.services import placement
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -83,16 +83,7 @@ def test_runs_of_another_project_are_not_found(demo_call: Call) -> None:
 
 def test_pinned_query_counts_and_the_array_is_paged_in_sql(django_assert_num_queries) -> None:  # noqa: ANN001
     project = Project.objects.get(slug=DEMO)
-    scope = QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"optimization.run"}),
-        purpose="ordinary_chat",
-    )
+    scope = service_scope(project, {"optimization.run"})
     with django_assert_num_queries(2):
         placement.list_sensor_placement_runs(scope=scope, page=PageRequest())
     with CaptureQueriesContext(connection) as captured:

@@ -23,6 +23,7 @@ from queries.models import ScadaDevice, ScadaReading
 from queries.registry import tools_by_name
 from queries.schemas.common import PageRequest
 from queries.services import scada
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -38,16 +39,7 @@ REASONS = {
 
 def scope_on(slug: str) -> QueryScope:
     project = Project.objects.get(slug=slug)
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"scada.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"scada.view"})
 
 
 def iso(t: datetime) -> str:
@@ -371,16 +363,7 @@ def dense_project(count: int) -> QueryScope:
         for device in devices
         for m in range(1001)
     )
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="s",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"scada.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"scada.view"}, subject="s")
 
 
 @pytest.fixture

@@ -31,6 +31,7 @@ from queries.schemas.common import PageRequest
 from queries.services import spatial
 from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import call_tool_raw
+from tests.queries.factories import service_scope
 from tests.queries.services.conftest import CLIENT, DEMO, DEMO_B, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -92,16 +93,7 @@ def no_webgis_handle(demo_loaded: None, django_db_blocker: Any) -> Iterator[str]
 
 def demo_scope(slug: str = DEMO) -> QueryScope:
     project = Project.objects.get(slug=slug)
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="alice",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"webgis.view", "scada.view", "simulation.view", "optimization.run"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"webgis.view", "scada.view", "simulation.view", "optimization.run"})
 
 
 # --- spatial helpers ---------------------------------------------------------------------------------
@@ -150,16 +142,7 @@ def geod_line_distance(center: Sequence[float], line: LineString, spacing_m: flo
 
 def synthetic_scope(slug: str) -> QueryScope:
     project = Project.objects.create(slug=slug, name=slug)
-    return QueryScope(
-        principal_id=1,
-        issuer="i",
-        subject="s",
-        client_id="c",
-        project_id=project.pk,
-        project_slug=project.slug,
-        permissions=frozenset({"webgis.view"}),
-        purpose="ordinary_chat",
-    )
+    return service_scope(project, {"webgis.view"}, subject="s")
 
 
 def add_junction(scope: QueryScope, element_id: str, lon: float, lat: float) -> Junction:
