@@ -12,6 +12,8 @@ transaction would hide them from the servers.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -122,8 +124,12 @@ def handle_for(server: ServerProcess, who: Principal, project: Project, **body: 
 async def _call(server: ServerProcess, bearer: str, handle: str, element_id: str = "J1") -> Any:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bearer}"}, timeout=30)
     async with Client(streamable_http_client(f"{server.url}/mcp", http_client=http), mode="2026-07-28") as client:
+        # Every call carries an application request key, as hosts send it: task-purpose calls need one
+        # for their evidence receipt (R-EVID-2); ordinary_chat ignores it.
         return await client.call_tool(
-            "get_element_properties", {"context_handle": handle, "element_type": "junction", "element_id": element_id}
+            "get_element_properties",
+            {"context_handle": handle, "element_type": "junction", "element_id": element_id},
+            meta={"cn.tjwater/requestKey": uuid.uuid4().hex},
         )
 
 
@@ -341,3 +347,42 @@ def test_a_task_handle_cannot_be_moved_to_another_project_task_or_run(
     # And a bound task handle always answers from its own project, whatever else exists.
     handle = handle_for(server, iso.alice, iso.alpha, **exec_body(alpha_run))
     assert elevation(call(server, iso.alice, handle)) == 11.0
+
+
+def test_a_task_call_without_a_request_key_is_refused_naming_the_key(
+    servers: tuple[ServerProcess, ...], iso: IsoWorld
+) -> None:
+    """R-EVID-2: task-purpose calls need the host's application request key; without it the call is a
+    -32602 naming ``_meta["cn.tjwater/requestKey"]`` and nothing runs."""
+    server = servers[0]
+    run = leased(iso.alpha, "iso-exec-no-key")
+    handle = handle_for(server, iso.alice, iso.alpha, **exec_body(run))
+    reply = httpx2.post(
+        f"{server.url}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {
+                "name": "get_element_properties",
+                "arguments": {"context_handle": handle, "element_type": "junction", "element_id": "J1"},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        },
+        headers={
+            "authorization": f"Bearer {token(iso.alice)}",
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": "tools/call",
+            "mcp-name": "get_element_properties",
+        },
+        timeout=30,
+    )
+    events = [line[5:].strip() for line in reply.text.splitlines() if line.startswith("data:")]
+    error = json.loads(events[-1] if events else reply.text)["error"]
+    assert error["code"] == -32602
+    assert error["data"] == {"code": "REQUEST_KEY_REQUIRED", "meta_key": "cn.tjwater/requestKey"}
