@@ -22,6 +22,7 @@ from typing import Any
 
 import jwt
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group, Permission
 from django.core.exceptions import SuspiciousOperation
@@ -168,6 +169,9 @@ class OperatorCallbackView(OIDCAuthenticationCallbackView):
         return response
 
     def login_failure(self) -> HttpResponse:
+        # A failed sign-in — including the periodic re-check (SessionRefresh, prompt=none) of an operator
+        # whose role was removed or who was signed out at the provider — ends any admin session here.
+        auth.logout(self.request)
         reason = getattr(self.request, "tjwater_oidc_refusal", None)
         if reason is None:
             reason = "provider_error" if self.request.GET.get("error") else "no_user"

@@ -94,3 +94,24 @@ def test_id_token_for_another_audience_or_issuer_is_refused(
     backend, key = backend_and_key
     with override_settings(OIDC_OP_ISSUER=ISSUER), pytest.raises(SuspiciousOperation):
         backend._verify_jws(id_token(key, **overrides), key.public_key())
+
+
+@pytest.mark.django_db
+def test_a_failed_recheck_ends_the_admin_session() -> None:
+    """SessionRefresh sends an operator's browser through prompt=none; when the provider no longer vouches
+    for them (signed out, role removed) the callback answers with an error — and the admin session ends."""
+    from django.contrib.auth import SESSION_KEY, get_user_model
+    from django.contrib.sessions.middleware import SessionMiddleware
+    from django.test import RequestFactory
+
+    from tjwater.oidc import OperatorCallbackView
+
+    user = get_user_model().objects.create_user("op-recheck", is_staff=True)
+    request = RequestFactory().get("/oidc/callback/", {"error": "login_required", "state": "s"})
+    SessionMiddleware(lambda r: None).process_request(request)
+    request.session[SESSION_KEY] = str(user.pk)
+    request.user = user
+    response = OperatorCallbackView.as_view()(request)
+    assert response.status_code == 403
+    assert SESSION_KEY not in request.session
+    assert not request.user.is_authenticated
