@@ -91,13 +91,13 @@ def test_renew_once_on_401_merged_and_never_escalate_on_403(
         user_token = idp.user_token("alice")
         source = TokenSource(host, user_token)
         binding = await host.bind(source, project=PROJECT, purpose="ordinary_chat", session_id="host-renew-test")
-        # The host holds a token the server no longer accepts: five concurrent calls all get 401, and the
-        # renewals they trigger are merged into one exchange.
+        # The host holds a token the server no longer accepts: three concurrent calls all get 401, and the
+        # renewals they trigger are merged into one exchange. (Three: within the per-principal limit of 4.)
         stale = TokenSource(host, user_token, token="no-longer-valid")
         results = await asyncio.gather(
             *(
                 host.call(stale, binding, "get_network_options", {"kind": "hydraulic"}, request_key=f"k{i}")
-                for i in range(5)
+                for i in range(3)
             )
         )
         # A catalog token may not call tools: 403, returned as it is — no renewal, no wider token.
@@ -111,7 +111,7 @@ def test_renew_once_on_401_merged_and_never_escalate_on_403(
         return stale.renewals, [not r.is_error for r in results], catalog_only.renewals, refusal
 
     renewals, oks, catalog_renewals, refusal = asyncio.run(scenario())
-    assert oks == [True] * 5
+    assert oks == [True] * 3
     assert renewals == 1
     assert catalog_renewals == 0
     assert refusal is not None and str(refusal) == "insufficient_scope"
