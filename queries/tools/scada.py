@@ -8,7 +8,7 @@ validator, so the ``pattern`` is what turns a naive time into -32602) and ``pars
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from contexts.errors import InvalidParameter
@@ -63,15 +63,17 @@ def point_page_from(args: Mapping[str, Any], max_points: int) -> PageRequest:
 
 
 def parse_time(value: str, name: str) -> datetime:
-    """An input time (already matched against ``TIME``) as an aware datetime; an impossible date
-    (month 13, hour 24) → ``InvalidParameter``."""
+    """An input time (already matched against ``TIME``) as an aware datetime in UTC; an impossible date
+    (month 13, hour 24) or one outside the representable range once in UTC → ``InvalidParameter``.
+    Normalised to UTC here, once for every family: PostgreSQL refuses offsets Python accepts (beyond
+    ±15:59), and every output is UTC anyway."""
     try:
         parsed = datetime.fromisoformat(value)
-    except ValueError:
+        if parsed.tzinfo is None:
+            raise InvalidParameter(f"{name} must carry a timezone offset.")
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
         raise InvalidParameter(f"{name} is not a valid date-time.") from None
-    if parsed.tzinfo is None:
-        raise InvalidParameter(f"{name} must carry a timezone offset.")
-    return parsed
 
 
 def _readings_summary(r: ScadaReadingsResult) -> str:
