@@ -155,7 +155,9 @@ def valid_object(schema: dict[str, Any], root: dict[str, Any]) -> st.SearchStrat
 
 WRONG_TYPES: dict[str, st.SearchStrategy[Any]] = {
     "string": st.one_of(st.integers(), st.booleans(), st.none(), st.lists(st.text(max_size=3), max_size=2)),
-    "integer": st.one_of(st.text(max_size=5), st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)), st.none()),
+    "integer": st.one_of(
+        st.text(max_size=5), st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f)), st.none()
+    ),
     "number": st.one_of(st.text(max_size=5), st.booleans(), st.none(), st.just({"n": 1})),
     "boolean": st.one_of(st.integers(), st.text(max_size=5), st.none()),
     "array": st.one_of(st.text(max_size=5), st.integers(), st.just({"a": 1})),
