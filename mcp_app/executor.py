@@ -592,6 +592,9 @@ def _connection_kwargs(budget_ms: int, connect_timeout_s: int) -> dict[str, Any]
     return params
 
 
+MIN_OPEN = 2
+
+
 class QueryDatabase:
     """The process's pool of read-only query connections for ``/mcp`` (size ``TJWATER_MCP_DB_POOL_SIZE``).
 
@@ -611,7 +614,9 @@ class QueryDatabase:
         self._geo_infos: list[Any] | None = None
         self.pool = AsyncConnectionPool(
             kwargs=self._kwargs,
-            min_size=size,
+            # Two kept open, up to ``size`` on demand (kept while busy; idle ones close after 10 min): an
+            # idle process does not hold ``size`` connections of PostgreSQL's max_connections.
+            min_size=min(MIN_OPEN, size),
             max_size=size,
             open=False,
             timeout=checkout_timeout_s,
