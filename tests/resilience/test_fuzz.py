@@ -302,7 +302,10 @@ class Judge:
     def judge(self, response: httpx2.Response, *, tool: str, args: dict[str, Any], valid: bool) -> str:
         if response.status_code >= 500:
             return f"PROBLEM http_{response.status_code}"
-        leak = next((m for m in LEAK_MARKERS if m in response.text), None)
+        # A marker the caller sent itself (an element id "SELECT …" named back in a NOT_FOUND message) is
+        # the caller's own text, not a leak.
+        sent = json.dumps(args, ensure_ascii=False)
+        leak = next((m for m in LEAK_MARKERS if m in response.text and m not in sent), None)
         if leak:
             return f"PROBLEM leak {leak.strip()!r}"
         # The SDK sends a JSON-RPC error for a request it refuses with HTTP 400 (a JSON body); any other
