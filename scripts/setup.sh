@@ -96,6 +96,16 @@ fi
 
 # --- Database ------------------------------------------------------------------------------------
 psql_admin() { PGOPTIONS="-c client_min_messages=warning" psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -qAt "$@"; }
+# The test suite runs about 20 server processes at once, each with its own connection pools (mcp_app
+# query pool + Django's): a local server needs more than PostgreSQL's default 100 connections.
+MIN_CONNECTIONS=300
+if (( $(psql_admin -d postgres -c "SHOW max_connections") < MIN_CONNECTIONS )); then
+  say "raising PostgreSQL max_connections to $MIN_CONNECTIONS (restarts the local server)"
+  psql_admin -d postgres -c "ALTER SYSTEM SET max_connections = $MIN_CONNECTIONS"
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main restart
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 0.5; done
+  pg_isready -h 127.0.0.1 -p 5432 -q || die "PostgreSQL did not come back after the restart"
+fi
 if [[ -z $(psql_admin -d postgres -c "SELECT 1 FROM pg_database WHERE datname='$DB_NAME'") ]]; then
   say "creating database $DB_NAME"
   psql_admin -d postgres -c "CREATE DATABASE \"$DB_NAME\""
