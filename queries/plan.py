@@ -17,7 +17,11 @@ What a plan may yield, and what it gets back:
 - ``count_of(queryset)`` → ``int`` (``SELECT COUNT(*)`` of that queryset);
 - ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns`` (no columns: one empty dict per
   row); only for what the ORM cannot say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client
-  text in ``sql``.
+  text in ``sql``;
+- a *prepared statement* ``STATEMENT(*args)`` (``@prepared``: a function of the call's values that
+  builds one of the above with the ORM) → what that statement gives. ``run_sync`` builds and runs it
+  like any queryset; the MCP driver builds it with the ORM once per shape and afterwards only binds the
+  values (no queryset is built per call — issue 10). Write the hot statements of a tool this way.
 
 A service must not evaluate a queryset itself (no ``list(qs)``, ``.first()``, ``.count()``, ``.exists()``,
 ``.aggregate()`` — each would run SQL outside the plan): ``tests/queries/test_plan.py`` checks that the
@@ -55,7 +59,52 @@ class Raw:
     columns: Sequence[str] = ()
 
 
-Statement = QuerySet[Any] | CountOf | Raw
+class Prepared:
+    """An ORM statement written as a function of the call's values: ``factory(*static, *values)``.
+
+    The first ``static`` arguments choose the statement's shape (e.g. which model) and must be hashable;
+    the others are *values* — each must reach the SQL unchanged as one filter value or slice bound
+    (no arithmetic or clamping in the factory: do that before calling). Calling the object gives a
+    ``Bound`` statement to ``yield``; drivers decide whether to build it every time (``run_sync``) or to
+    compile it once and bind values (``mcp_app.executor``, which proves the binding with sentinel
+    compiles and otherwise falls back to building it every call)."""
+
+    __slots__ = ("factory", "static", "name")
+
+    def __init__(self, factory: Callable[..., Statement], static: int = 0) -> None:
+        self.factory = factory
+        self.static = static
+        self.name = getattr(factory, "__qualname__", repr(factory))
+
+    def __call__(self, *args: Any) -> Bound:
+        if len(args) < self.static:
+            raise TypeError(f"{self.name} needs its {self.static} shape argument(s)")
+        return Bound(self, args)
+
+    def __repr__(self) -> str:
+        return f"<prepared {self.name}>"
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A prepared statement with the call's arguments."""
+
+    prepared: Prepared
+    args: tuple[Any, ...]
+
+    def build(self) -> QuerySet[Any] | CountOf | Raw:
+        """The statement itself, built with the ORM now."""
+        return self.prepared.factory(*self.args)
+
+
+def prepared(fn: Callable[..., Statement] | None = None, *, static: int = 0) -> Any:
+    """Declare a prepared statement: ``@prepared`` or ``@prepared(static=1)`` on a factory function."""
+    if fn is None:
+        return lambda f: Prepared(f, static)
+    return Prepared(fn, static)
+
+
+Statement = QuerySet[Any] | CountOf | Raw | Bound
 #: A running service: yields statements, receives their rows, returns the result.
 Plan = Generator[Statement, Any, R]
 
@@ -74,6 +123,8 @@ def raw_rows(statement: Raw, rows: Sequence[Sequence[Any]]) -> list[dict[str, An
 
 def execute_sync(statement: Statement) -> Any:
     """Run one statement through Django's connection of this thread."""
+    if isinstance(statement, Bound):
+        statement = statement.build()
     if isinstance(statement, CountOf):
         return statement.queryset.count()
     if isinstance(statement, Raw):

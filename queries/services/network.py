@@ -14,7 +14,7 @@ from django.contrib.gis.geos import Point
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
-from queries.plan import Plan, count_of, service
+from queries.plan import Plan, count_of, prepared, service
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -64,14 +64,21 @@ def _check_type(element_type: str) -> None:
         raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
 
 
+@prepared(static=1)
+def element_row(element_type: str, project_id: int, element_id: str) -> Any:
+    """One element of a project by its id (at most one row)."""
+    return (
+        ELEMENT_MODELS[element_type]
+        .objects.filter(project_id=project_id, element_id=element_id)
+        .values(*_db_fields(element_type))[:1]
+    )
+
+
 @service
 def get_element_properties(*, scope: QueryScope, element_type: str, element_id: str) -> Plan[ElementPropertiesResult]:
     """The properties of one network element of the caller's project (one query)."""
     _check_type(element_type)
-    model = ELEMENT_MODELS[element_type]
-    rows = yield model.objects.filter(project_id=scope.project_id, element_id=element_id).values(
-        *_db_fields(element_type)
-    )[:1]
+    rows = yield element_row(element_type, scope.project_id, element_id)
     row = rows[0] if rows else None
     if row is None:
         raise NotFound(f"No {element_type} with that id in this project.")
