@@ -54,7 +54,7 @@ from mcp_app.errors import (
     resource_refused,
     unknown_tool,
 )
-from mcp_app.executor import Execution, QueryDatabase, run_plan
+from mcp_app.executor import ConnectionLease, Execution, QueryDatabase, run_plan
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
@@ -207,9 +207,10 @@ class Dispatcher:
         call = _Call()
         outcome = "ok"
         rows = 0
+        lease = self.db.lease()
         try:
             scope = await resolve_scope_async(
-                token=token, handle=args.get("context_handle"), tool_name=name, fetch=self.db.fetch
+                token=token, handle=args.get("context_handle"), tool_name=name, fetch=lease.fetch
             )
             call.scope = scope
             if not caller_may_use(entry, scope):
@@ -217,6 +218,8 @@ class Dispatcher:
             if saves_evidence(scope, name):
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
+                await lease.release()  # the evidence step runs in worker threads: no connection held meanwhile
+
                 async def execute() -> dict[str, Any]:
                     ran = await self._run(call, entry, scope, args, session if progress else None)
                     return ran.model_dump(mode="json")
@@ -227,7 +230,7 @@ class Dispatcher:
                 reply = evidence_call_result(entry.spec, saved)
                 rows = _row_count(reply.structured_content or {})
                 return reply
-            result = await self._run(call, entry, scope, args, session if progress else None)
+            result = await self._run(call, entry, scope, args, session if progress else None, lease)
             structured = fit_inline(
                 result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES, entry.validator
             )
@@ -266,6 +269,7 @@ class Dispatcher:
             logger.exception("mcp tool failed tool=%s", name)
             return internal_error_result()
         finally:
+            await lease.release()
             scope = call.scope
             logger.info(
                 "mcp call principal=%s project=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
@@ -278,15 +282,32 @@ class Dispatcher:
             )
 
     async def _run(
-        self, call: _Call, entry: CatalogEntry, scope: QueryScope, args: dict[str, Any], session: Any | None
+        self,
+        call: _Call,
+        entry: CatalogEntry,
+        scope: QueryScope,
+        args: dict[str, Any],
+        session: Any | None,
+        held: ConnectionLease | None = None,
     ) -> BaseModel:
         db = self.db
+        conn = held.take() if held is not None and db.tool_slot_free() else None
+        if conn is None and held is not None:
+            await held.release()  # waiting for a slot holds no connection
         if not await db.take_tool_slot():
+            if conn is not None:
+                await db.give_back(conn)
             raise ServerBusy("The server is at its query capacity; retry shortly.")
         try:
-            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
             try:
-                conn = await db.checkout()
+                lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            except BaseException:
+                if conn is not None:
+                    await db.give_back(conn)
+                raise
+            try:
+                if conn is None:
+                    conn = await db.checkout()
                 try:
                     call.execution = Execution(conn)
                     if session is not None:
