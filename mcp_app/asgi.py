@@ -9,11 +9,11 @@ Every request to ``/mcp`` passes, in order:
    sessions, GET streams — SDK_NOTES "Server"), so this gate is what makes 2026-07-28 the only protocol;
    ``Mcp-Session-Id`` / ``Last-Event-ID`` never reach anything that reads them;
 3. the bearer layer (``mcp_app.auth``): 401/403/503 with RFC 6750 challenges;
-4. the SDK's 2026-07-28 Streamable HTTP entry in SSE response mode (so a client disconnect cancels the
-   handler — R-PROTO-6), which validates routing headers against the body (-32020), methods (-32601)
-   and params (-32602).
+4. the 2026-07-28 single exchange in SSE response mode (``mcp_app.transport``: the SDK's checks and
+   kernel, lean plumbing; a client disconnect cancels the handler — R-PROTO-6), which validates routing
+   headers against the body (-32020), methods (-32601) and params (-32602).
 
-The session manager runs for the process lifetime: ``startup``/``shutdown`` are called from the
+The server's lifespan runs for the process lifetime: ``startup``/``shutdown`` are called from the
 lifespan handling in ``tjwater.asgi``.
 """
 
@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 
 import anyio
 from django.conf import settings
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, unsupported_protocol_version_rejection
 
@@ -37,6 +36,7 @@ from mcp_app.dispatch import Dispatcher
 from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
+from mcp_app.transport import SingleExchange
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class McpEndpoint:
 
     def __init__(self) -> None:
         self._stack: AsyncExitStack | None = None
-        self._manager: StreamableHTTPSessionManager | None = None
+        self._exchange: SingleExchange | None = None
         self._limiter: ConcurrencyLimiter | None = None
         self._db: QueryDatabase | None = None
         self._auth_limiter: anyio.CapacityLimiter | None = None
@@ -168,15 +168,17 @@ class McpEndpoint:
         )
         await self._db.open()
         server = build_server(catalog, Dispatcher(catalog, self._limiter, self._db))
-        self._manager = StreamableHTTPSessionManager(
-            app=server,
-            json_response=False,  # SSE response mode: the only mode that observes disconnects
-            stateless=True,  # never reached (the gate refuses legacy versions); no sessions either way
-            security_settings=transport_security(),
-            max_request_body_size=MAX_REQUEST_BODY_BYTES,
-        )
         self._stack = AsyncExitStack()
-        await self._stack.enter_async_context(self._manager.run())
+        lifespan_state = await self._stack.enter_async_context(server.lifespan(server))
+        # SSE response mode (a disconnect cancels the call — R-PROTO-6), the SDK's checks, lean plumbing.
+        self._exchange = SingleExchange(
+            server,
+            transport_security(),
+            max_body_bytes=MAX_REQUEST_BODY_BYTES,
+            input_schema=catalog.input_schema,
+            lifespan_state=lifespan_state,
+        )
+        logger.info("MCP endpoint started (2026-07-28 single exchange, SSE response mode)")
         # Start-up objects live for the process: keep them out of the cyclic GC's full collections,
         # whose pauses dominate tail latency (SDK_NOTES "Performance").
         import gc
@@ -186,8 +188,10 @@ class McpEndpoint:
 
     async def shutdown(self) -> None:
         if self._stack is not None:
+            logger.info("MCP endpoint stopping")
             await self._stack.aclose()
             self._stack = None
+            self._exchange = None
         if self._limiter is not None:
             await self._limiter.aclose()
             self._limiter = None
@@ -265,8 +269,8 @@ class McpEndpoint:
             )
             await send({"type": "http.response.body", "body": failure.payload()})
             return
-        if self._manager is None:
+        if self._exchange is None:
             await send_json(send, 503, {"error": "mcp_unavailable", "message": "The MCP endpoint is starting."})
             return
         scope[TOKEN_SCOPE_KEY] = token
-        await self._manager.handle_request(scope, receive, send)
+        await self._exchange(scope, receive, send)

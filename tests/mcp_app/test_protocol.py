@@ -345,9 +345,10 @@ def test_unreachable_jwks_is_503_never_401(start_server: Callable[..., ServerPro
     }
     assert "tools" not in response.text
     server.stop()
-    # The MCP session manager started and stopped with the process's lifespan, cleanly.
+    # The MCP endpoint started and stopped with the process's lifespan, cleanly.
     log = server.log()
-    assert "StreamableHTTP session manager started" in log and "Application shutdown complete" in log
+    assert "MCP endpoint started" in log and "MCP endpoint stopping" in log
+    assert "Application shutdown complete" in log
     assert "Traceback" not in log
 
 
