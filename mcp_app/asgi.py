@@ -175,7 +175,7 @@ class McpEndpoint:
             server,
             transport_security(),
             max_body_bytes=MAX_REQUEST_BODY_BYTES,
-            input_schema=catalog.input_schema,
+            header_param_schema=catalog.header_param_schema,
             lifespan_state=lifespan_state,
         )
         logger.info("MCP endpoint started (2026-07-28 single exchange, SSE response mode)")

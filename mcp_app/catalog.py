@@ -16,6 +16,7 @@ from django.conf import settings
 from jsonschema import Draft202012Validator
 from referencing import Registry
 
+from mcp_app.schema_check import Check, fast_check
 from queries.registry import ToolSpec, all_tools
 
 
@@ -24,6 +25,10 @@ class CatalogEntry:
     spec: ToolSpec
     tool: types.Tool
     validator: Draft202012Validator
+    #: ``mcp_app.schema_check``'s compiled predicate (accepts only), None where jsonschema alone decides.
+    fast_check: Check | None = None
+    #: Whether the schema declares ``x-mcp-header`` parameters (``Mcp-Param-*`` headers to compare).
+    has_header_params: bool = True
 
 
 class Catalog:
@@ -46,7 +51,13 @@ class Catalog:
             )
             # An empty Registry resolves only local refs ("#/$defs/…"); anything else is Unresolvable.
             validator = Draft202012Validator(spec.input_schema, registry=Registry())
-            self.entries[spec.name] = CatalogEntry(spec=spec, tool=tool, validator=validator)
+            self.entries[spec.name] = CatalogEntry(
+                spec=spec,
+                tool=tool,
+                validator=validator,
+                fast_check=fast_check(spec.input_schema),
+                has_header_params=declares_header_params(spec.input_schema),
+            )
         self.tools: list[types.Tool] = [entry.tool for entry in self.entries.values()]
 
     def get(self, name: str) -> CatalogEntry | None:
@@ -55,6 +66,21 @@ class Catalog:
     def input_schema(self, name: str) -> dict[str, Any] | None:
         entry = self.entries.get(name)
         return entry.spec.input_schema if entry else None
+
+    def header_param_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of a tool whose ``Mcp-Param-*`` headers need comparing, else None (unknown
+        tool, or a schema that declares no header parameters: the SDK's check could find nothing)."""
+        entry = self.entries.get(name)
+        return entry.spec.input_schema if entry is not None and entry.has_header_params else None
+
+
+def declares_header_params(schema: Any) -> bool:
+    """Whether ``validate_mcp_param_headers`` (SDK, ``mcp.shared.inbound``) has anything to compare for
+    this schema: it checks only the annotated (``x-mcp-header``) positions of a valid declaration, so a
+    schema with none — or with an invalid one, which the SDK ignores — can never be refused by it."""
+    from mcp.shared.inbound import _annotated_positions, find_invalid_x_mcp_header
+
+    return find_invalid_x_mcp_header(schema) is None and any(True for _ in _annotated_positions(schema))
 
 
 def build_catalog() -> Catalog:

@@ -85,6 +85,8 @@ def validate_arguments(entry: CatalogEntry, arguments: Mapping[str, Any] | None)
     bad = bad_text_path(args)
     if bad is not None:
         raise invalid_arguments(f"{bad or '(arguments)'}: not valid text")
+    if entry.fast_check is not None and entry.fast_check(args):
+        return args  # the compiled predicate accepts only what jsonschema accepts (mcp_app.schema_check)
     try:
         error = next(iter(sorted(entry.validator.iter_errors(args), key=lambda e: list(e.absolute_path))), None)
     except Unresolvable:
@@ -198,7 +200,7 @@ class Dispatcher:
         session: Any,
         progress: bool,
         meta: Mapping[str, Any] | None = None,
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         entry = self.catalog.get(name)
         if entry is None:
             raise unknown_tool(name)
@@ -235,12 +237,14 @@ class Dispatcher:
                 result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES, entry.validator
             )
             rows = _row_count(structured)
-            return types.CallToolResult(
-                content=[types.TextContent(type="text", text=_summary(entry, result, structured))],
-                structured_content=structured,
-                is_error=False,
-                result_type="complete",
-            )
+            # The wire form of a CallToolResult, built once: the SDK's kernel validates it against the
+            # protocol's result schema and dumps it (a model here would be validated and dumped twice more).
+            return {
+                "content": [{"type": "text", "text": _summary(entry, result, structured)}],
+                "structuredContent": structured,
+                "isError": False,
+                "resultType": "complete",
+            }
         except MCPError:
             raise
         except (_NotCallable, ToolNotInContext):

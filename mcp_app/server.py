@@ -52,7 +52,7 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | dict[str, Any]:
         meta = params.meta or {}
         progress = meta.get("progress_token", meta.get("progressToken")) is not None
         return await dispatcher.call_tool(

@@ -56,7 +56,6 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from mcp.shared.exceptions import NoBackChannelError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
-    MCP_PARAM_HEADER_PREFIX,
     InboundLadderRejection,
     classify_inbound_request,
     find_duplicated_routing_header,
@@ -72,7 +71,6 @@ from starlette.requests import Request
 logger = logging.getLogger(__name__)
 
 SSE_PING_INTERVAL_S: float = _SSE_PING_INTERVAL
-_PARAM_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 _TOO_LARGE = b"Request body too large"
 
 
@@ -204,13 +202,13 @@ class SingleExchange:
         security: TransportSecuritySettings,
         *,
         max_body_bytes: int,
-        input_schema: Callable[[str], Any | None],
+        header_param_schema: Callable[[str], Any | None],
         lifespan_state: Any,
     ) -> None:
         self.server = server
         self.security = TransportSecurityMiddleware(security)
         self.max_body_bytes = max_body_bytes
-        self.input_schema = input_schema
+        self.header_param_schema = header_param_schema
         self.lifespan_state = lifespan_state
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -274,8 +272,9 @@ class SingleExchange:
         await self._serve(exchange, req, connection, receive, send)
 
     def _param_rejection(self, req: JSONRPCRequest, headers: Any) -> InboundLadderRejection | None:
-        """``Mcp-Param-*`` headers of a ``tools/call`` against the tool's input schema (the SDK's rule,
-        with the schema from the catalog)."""
+        """``Mcp-Param-*`` headers of a ``tools/call`` against the tool's input schema: the SDK's rule
+        (``validate_mcp_param_headers``), for the tools whose schema declares header parameters
+        (``Catalog.header_param_schema``; for the others the SDK's check can refuse nothing)."""
         if req.method != "tools/call":
             return None
         params = req.params or {}
@@ -283,13 +282,10 @@ class SingleExchange:
         arguments = params.get("arguments")
         if not isinstance(name, str) or (arguments is not None and not isinstance(arguments, Mapping)):
             return None
-        arguments = arguments or {}
-        if not arguments and not any(h.startswith(_PARAM_PREFIX) for h in headers):
-            return None
-        schema = self.input_schema(name)
+        schema = self.header_param_schema(name)
         if schema is None:
             return None
-        return validate_mcp_param_headers(schema, arguments, headers)
+        return validate_mcp_param_headers(schema, arguments or {}, headers)
 
     async def _serve(
         self, exchange: _Exchange, req: JSONRPCRequest, connection: Connection, receive: Any, send: Any

@@ -1,0 +1,189 @@
+"""A compiled fast path for the argument check of ``tools/call`` (issue 10).
+
+``jsonschema``'s ``Draft202012Validator`` is the authority on a tool's arguments, but walking a schema
+generically cost ≈ 6 % of a call's GIL time (≈ 70 µs for the three-property ``get_element_properties``
+schema). ``compile_schema`` turns a schema that uses only the keywords below into one Python predicate,
+with jsonschema's semantics for each (``tests/mcp_app/test_schema_check.py`` compares the two on
+generated valid and invalid arguments for every catalog tool):
+
+- ``type`` (``integer`` includes integral floats and excludes booleans, ``number`` excludes booleans),
+  ``enum`` of strings, ``minLength``/``maxLength`` (code points), ``pattern`` (``re.search``),
+  ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum``;
+- ``properties``, ``required``, ``additionalProperties`` (``false``/``true`` only), ``items``,
+  ``prefixItems``, ``minItems``/``maxItems``, ``allOf``, ``if``/``then``/``else``, boolean schemas;
+- annotations, which validate nothing: ``description``, ``title``, ``default``, ``examples``,
+  ``$schema``, ``format`` (no format checker is configured — ``mcp_app.catalog``), ``deprecated``,
+  ``readOnly``, ``writeOnly``.
+
+Any other keyword (``$ref``, ``uniqueItems``, ``patternProperties``, ``oneOf``…) makes the schema
+``Unsupported``: that tool is checked by jsonschema alone. The predicate only ever *accepts*: an
+argument set it rejects goes to jsonschema, which decides and names the failing rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+Check = Callable[[Any], bool]
+
+ANNOTATIONS = frozenset(
+    {"description", "title", "default", "examples", "$schema", "format", "deprecated", "readOnly", "writeOnly"}
+)
+
+
+class Unsupported(Exception):
+    """The schema uses something this compiler does not implement: use jsonschema for it."""
+
+
+def _is_number(value: Any) -> bool:
+    return (type(value) is int or type(value) is float) and value == value  # NaN is no JSON number
+
+
+def _is_numeric(value: Any) -> bool:
+    """jsonschema's "number" type: ints and floats, never booleans."""
+    return type(value) is int or type(value) is float
+
+
+def _type_check(name: str) -> Check:
+    if name == "string":
+        return lambda v: type(v) is str
+    if name == "integer":
+        return lambda v: type(v) is int or (type(v) is float and v.is_integer())
+    if name == "number":
+        return lambda v: type(v) is int or type(v) is float
+    if name == "boolean":
+        return lambda v: type(v) is bool
+    if name == "object":
+        return lambda v: type(v) is dict
+    if name == "array":
+        return lambda v: type(v) is list
+    if name == "null":
+        return lambda v: v is None
+    raise Unsupported(f"type {name!r}")
+
+
+def _all(checks: list[Check]) -> Check:
+    if not checks:
+        return lambda v: True
+    if len(checks) == 1:
+        return checks[0]
+    return lambda v: all(c(v) for c in checks)
+
+
+def compile_schema(schema: Any) -> Check:
+    """The predicate for ``schema`` (True: valid), or ``Unsupported``."""
+    if schema is True:
+        return lambda v: True
+    if schema is False:
+        return lambda v: False
+    if not isinstance(schema, dict):
+        raise Unsupported("schema is not an object")
+    checks: list[Check] = []
+    for key, value in schema.items():
+        if key in ANNOTATIONS:
+            continue
+        checks.append(_keyword(key, value, schema))
+    return _all(checks)
+
+
+def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C901 - one branch per keyword
+    if key == "type":
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise Unsupported("type")
+        tests = [_type_check(n) for n in names]
+        return tests[0] if len(tests) == 1 else (lambda v: any(t(v) for t in tests))
+    if key == "enum":
+        if not isinstance(value, list) or not all(type(x) is str for x in value):
+            raise Unsupported("enum of non-strings")
+        allowed = frozenset(value)
+        return lambda v: type(v) is str and v in allowed
+    if key in ("minLength", "maxLength"):
+        if type(value) is not int:
+            raise Unsupported(key)
+        n = value
+        if key == "minLength":
+            return lambda v: type(v) is not str or len(v) >= n
+        return lambda v: type(v) is not str or len(v) <= n
+    if key == "pattern":
+        if not isinstance(value, str):
+            raise Unsupported(key)
+        search = re.compile(value).search
+        return lambda v: type(v) is not str or search(v) is not None
+    if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        if not _is_number(value):
+            raise Unsupported(key)
+        bound = value
+        numeric = _is_numeric
+        # Written as jsonschema's own tests (an error when ``v < bound`` …), so NaN behaves the same.
+        if key == "minimum":
+            return lambda v: not numeric(v) or not v < bound
+        if key == "maximum":
+            return lambda v: not numeric(v) or not v > bound
+        if key == "exclusiveMinimum":
+            return lambda v: not numeric(v) or not v <= bound
+        return lambda v: not numeric(v) or not v >= bound
+    if key == "properties":
+        if not isinstance(value, dict):
+            raise Unsupported(key)
+        subs = tuple((name, compile_schema(sub)) for name, sub in value.items())
+
+        def properties(v: Any) -> bool:
+            if type(v) is not dict:
+                return True
+            for name, check in subs:
+                if name in v and not check(v[name]):
+                    return False
+            return True
+
+        return properties
+    if key == "required":
+        if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+            raise Unsupported(key)
+        names = tuple(value)
+        return lambda v: type(v) is not dict or all(n in v for n in names)
+    if key == "additionalProperties":
+        if value is True:
+            return lambda v: True
+        if value is not False or "patternProperties" in schema:
+            raise Unsupported("additionalProperties other than false/true")
+        known = frozenset(schema.get("properties", {}))
+        return lambda v: type(v) is not dict or known.issuperset(v)
+    if key == "prefixItems":
+        if not isinstance(value, list):
+            raise Unsupported(key)
+        prefix = tuple(compile_schema(s) for s in value)
+        return lambda v: type(v) is not list or all(c(x) for c, x in zip(prefix, v, strict=False))
+    if key == "items":
+        check = compile_schema(value)
+        skip = len(schema.get("prefixItems", ()))
+        return lambda v: type(v) is not list or all(check(x) for x in v[skip:])
+    if key in ("minItems", "maxItems"):
+        if type(value) is not int:
+            raise Unsupported(key)
+        n = value
+        if key == "minItems":
+            return lambda v: type(v) is not list or len(v) >= n
+        return lambda v: type(v) is not list or len(v) <= n
+    if key == "allOf":
+        if not isinstance(value, list) or not value:
+            raise Unsupported(key)
+        return _all([compile_schema(s) for s in value])
+    if key == "if":
+        condition = compile_schema(value)
+        then = compile_schema(schema.get("then", True))
+        otherwise = compile_schema(schema.get("else", True))
+        return lambda v: then(v) if condition(v) else otherwise(v)
+    if key in ("then", "else"):
+        return lambda v: True  # applied through "if" (alone they validate nothing)
+    raise Unsupported(f"keyword {key!r}")
+
+
+def fast_check(schema: Any) -> Check | None:
+    """``compile_schema`` or None when the schema is not supported."""
+    try:
+        return compile_schema(schema)
+    except (Unsupported, re.error):
+        return None
