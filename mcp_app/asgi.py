@@ -177,6 +177,7 @@ class McpEndpoint:
             max_body_bytes=MAX_REQUEST_BODY_BYTES,
             header_param_schema=catalog.header_param_schema,
             lifespan_state=lifespan_state,
+            ping_interval_s=settings.TJWATER_MCP_SSE_PING_S,
         )
         logger.info("MCP endpoint started (2026-07-28 single exchange, SSE response mode)")
         # Start-up objects live for the process: keep them out of the cyclic GC's full collections,

@@ -70,7 +70,7 @@ from starlette.requests import Request
 
 logger = logging.getLogger(__name__)
 
-SSE_PING_INTERVAL_S: float = _SSE_PING_INTERVAL
+SSE_PING_INTERVAL_S: float = _SSE_PING_INTERVAL  # the SDK's window (15 s); TJWATER_MCP_SSE_PING_S sets ours
 _TOO_LARGE = b"Request body too large"
 
 
@@ -204,8 +204,10 @@ class SingleExchange:
         max_body_bytes: int,
         header_param_schema: Callable[[str], Any | None],
         lifespan_state: Any,
+        ping_interval_s: float = SSE_PING_INTERVAL_S,
     ) -> None:
         self.server = server
+        self.ping_interval_s = ping_interval_s
         self.security = TransportSecurityMiddleware(security)
         self.max_body_bytes = max_body_bytes
         self.header_param_schema = header_param_schema
@@ -294,7 +296,7 @@ class SingleExchange:
         task = asyncio.current_task()
         assert task is not None
         exchange.watcher = loop.create_task(_watch_disconnect(receive, exchange, task))
-        exchange.arm(loop, SSE_PING_INTERVAL_S)
+        exchange.arm(loop, self.ping_interval_s)
         try:
             try:
                 result = await serve_one(

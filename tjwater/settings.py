@@ -221,6 +221,9 @@ CELERY_BEAT_SCHEDULE["contexts-refresh-issuer-keys"] = {
 TJWATER_MCP_SLOT_LEASE_S = env.float("TJWATER_MCP_SLOT_LEASE_S", default=10.0)
 # Inline result cap in bytes of JSON (R-PAGE-5).
 TJWATER_MCP_INLINE_MAX_BYTES = env.int("TJWATER_MCP_INLINE_MAX_BYTES", default=12000)
+# A tools/call that stays silent this long commits text/event-stream and is pinged every interval (so a
+# proxy's idle-read timeout cannot cut it; the SDK's deferral window, mcp_app.transport).
+TJWATER_MCP_SSE_PING_S = env.float("TJWATER_MCP_SSE_PING_S", default=15.0)
 # Transport security (DNS rebinding protection of the SDK): Host values accepted on /mcp, and
 # browser Origins accepted. Default: ALLOWED_HOSTS on any port, and the resource URI's origin.
 TJWATER_MCP_ALLOWED_ORIGINS = env.list("TJWATER_MCP_ALLOWED_ORIGINS", default=[])
