@@ -88,13 +88,20 @@ class _Exchange:
         self.request_id = request_id
         self.message_metadata = ServerMessageMetadata(request_context=request)
         self.progress_token = progress_token
-        self.cancel_requested = anyio.Event()
+        self._cancel_requested: anyio.Event | None = None
         self.committed = False  # text/event-stream has started
         self.finished = False  # the reply is being written: no more notifications, no cancellation
         self.client_gone = False  # the watcher cancelled the request's task
         self._pinging: asyncio.Task[None] | None = None
         self.watcher: asyncio.Task[None] | None = None  # referenced here so it is never collected early
         self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def cancel_requested(self) -> anyio.Event:
+        """Never set on this wire (cancelling is closing the response); made only if someone asks."""
+        if self._cancel_requested is None:
+            self._cancel_requested = anyio.Event()
+        return self._cancel_requested
 
     async def send_raw_request(self, method: str, params: Mapping[str, Any] | None, opts: Any = None) -> dict[str, Any]:
         raise NoBackChannelError(method)  # a 2026-07-28 server cannot send requests to the client
