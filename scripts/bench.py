@@ -14,6 +14,12 @@ Then the cancellation latency (client disconnect → the statement gone from ``p
 over 20 runs) and the server's peak RSS. Every response is checked (HTTP 200, a result, not ``isError``)
 and errors are counted. Results: ``var/bench/results.json`` and a Markdown table on stdout.
 
+Two scenarios run in a ``task_execution`` context for the demo task's current run (session
+``session-demo-1``, execution request ``exec-demo-1``, as seeded): the evidence save (each call carries a
+fresh ``_meta["cn.tjwater/requestKey"]``, so it claims a receipt, runs the query and saves a snapshot before
+it answers; the answer must name its evidence) and the max evidence page (``get_task_evidence`` reading
+500 items, its maximum page, of a 500-item snapshot saved just before).
+
 The cancellation probe needs a statement that runs long enough to be seen: the server runs with
 ``scripts.bench_settings`` (production settings plus the test-only ``test_slow_query`` tool — nothing
 else differs).
@@ -31,6 +37,8 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,7 +50,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.interop.idp import USERS, start_provider  # noqa: E402  (the provider driver the tests use)
+from scripts.investigation_walk import (  # noqa: E402  (the demo investigation: its run's lease is held by
+    DEMO_EXECUTION_REQUEST,  # this session until 2099, and this execution request belongs to that run)
+    DEMO_SESSION,
+    DEMO_TASK_QUERY,
+    REQUEST_KEY,
+)
+from tests.interop.idp import AGENT_CLIENT_ID, USERS, start_provider  # noqa: E402  (the tests' provider driver)
 
 DB = os.environ.get("BENCH_DB", "tjwater_bench")
 DSN = f"postgresql://postgres@127.0.0.1:5432/{DB}"
@@ -53,6 +67,30 @@ PROTOCOL = "2026-07-28"
 DEMO = "tianjin-demo"
 SCALE = "scale-net6"
 ALL_PERMISSIONS = "webgis.view scada.view simulation.view optimization.run"
+TASK_EXECUTION = "task_execution"
+RUN_LIFETIME_S = 7200
+#: In a scenario's arguments: replaced by the id of the max-size evidence snapshot saved before it runs.
+SAVED_EVIDENCE = "<saved evidence id>"
+#: What is saved for the max evidence page to read: a 500-item page (more than get_task_evidence's page).
+EVIDENCE_SOURCE = ("list_elements", {"element_type": "junction", "limit": 500})
+EVIDENCE_MAX_ITEMS = 500  # evidence/task_tools.py MAX_ITEMS (the input schema's limit for arrays and objects)
+
+
+def fresh_request_key() -> dict[str, Any]:
+    """A new ``_meta`` request key: every call claims its own receipt and saves its own evidence."""
+    return {REQUEST_KEY: f"bench-{uuid.uuid4()}"}
+
+
+def has_evidence_id(result: dict[str, Any]) -> str | None:
+    structured = result.get("structuredContent") or {}
+    evidence_id = structured.get("evidence_id") or (structured.get("details") or {}).get("evidence_id")
+    return None if evidence_id else "no_evidence_id"
+
+
+def is_max_evidence_page(result: dict[str, Any]) -> str | None:
+    data = (result.get("structuredContent") or {}).get("data") or {}
+    full = data.get("kind") == "array" and data.get("limit") == EVIDENCE_MAX_ITEMS
+    return None if full and data.get("total", 0) >= EVIDENCE_MAX_ITEMS and data.get("items") else "not_a_max_page"
 
 
 @dataclass
@@ -61,6 +99,12 @@ class Scenario:
     tool: str
     args: dict[str, Any]
     project: str = DEMO
+    #: ``task_execution``: the demo task's current run (a call of an evidence tool saves evidence).
+    purpose: str = "ordinary_chat"
+    #: Extra ``_meta`` for each call, made anew per call (e.g. a fresh request key).
+    meta: Callable[[], dict[str, Any]] | None = None
+    #: A further check of a successful result: an error label, or ``None`` when it is as expected.
+    check: Callable[[dict[str, Any]], str | None] | None = None
 
 
 # Each tool at a typical and at its maximum size. Arguments follow the tools' input schemas; a tool the
@@ -157,6 +201,23 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario("get_workbench_runtime", "get_workbench_runtime", {}),
     Scenario("query_peripheral_data observations", "query_peripheral_data", {"source": "observations"}),
+    # Task purpose (R-EVID): each call claims a receipt, runs the query and saves an evidence snapshot
+    # before it answers; then a page of saved evidence at get_task_evidence's maximum page size.
+    Scenario(
+        "evidence save get_element_properties pipe",
+        "get_element_properties",
+        {"element_type": "pipe", "element_id": "LINK-1523"},
+        purpose=TASK_EXECUTION,
+        meta=fresh_request_key,
+        check=has_evidence_id,
+    ),
+    Scenario(
+        "evidence page get_task_evidence 500 (max page)",
+        "get_task_evidence",
+        {"evidence_id": SAVED_EVIDENCE, "data_path": ["data", "items"], "limit": EVIDENCE_MAX_ITEMS},
+        purpose=TASK_EXECUTION,
+        check=is_max_evidence_page,
+    ),
 ]
 
 
@@ -188,7 +249,13 @@ def base_env(issuer: str, port: int) -> dict[str, str]:
         "TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp",
         # c=8 from one principal measures throughput, not the per-tenant limit (as perf-anchors does).
         "TJWATER_MCP_MAX_CONCURRENT": "16",
-        "LOG_LEVEL": "WARNING",
+        # The client whose tokens may bind task contexts: the provider's tjwater-agent-mcp (the exchanged
+        # tokens' azp) — the default, pinned so the evidence scenarios never depend on it.
+        "TJWATER_MCP_HOST_CLIENT": AGENT_CLIENT_ID,
+        # Production logging: every call writes its audit line (part of what a call costs).
+        "LOG_LEVEL": "INFO",
+        # One client for the whole run (≈ 20 min): its contexts outlive it (a real host binds per session).
+        "TJWATER_CONTEXT_TTL_S": str(RUN_LIFETIME_S),
     }
 
 
@@ -264,8 +331,9 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def rpc(tool: str, args: dict[str, Any], request_id: int) -> bytes:
+def rpc(tool: str, args: dict[str, Any], request_id: int, extra_meta: dict[str, Any] | None = None) -> bytes:
     meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
+    meta.update(extra_meta or {})
     body = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
             "params": {"name": tool, "arguments": args, "_meta": meta}}  # fmt: skip
     return json.dumps(body).encode()
@@ -295,7 +363,17 @@ class Measured:
     bytes_out: int = 0
 
 
-async def drive(url: str, token: str, tool: str, args: dict[str, Any], *, concurrency: int, requests: int) -> Measured:
+async def drive(
+    url: str,
+    token: str,
+    tool: str,
+    args: dict[str, Any],
+    *,
+    concurrency: int,
+    requests: int,
+    meta: Callable[[], dict[str, Any]] | None = None,
+    check: Callable[[dict[str, Any]], str | None] | None = None,
+) -> Measured:
     measured = Measured()
     counter = iter(range(requests))
     limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -304,7 +382,8 @@ async def drive(url: str, token: str, tool: str, args: dict[str, Any], *, concur
         async def worker() -> None:
             for i in counter:
                 started = time.perf_counter()
-                response = await client.post(url, content=rpc(tool, args, i + 1), headers=headers(token, tool))
+                body = rpc(tool, args, i + 1, meta() if meta else None)
+                response = await client.post(url, content=body, headers=headers(token, tool))
                 elapsed = (time.perf_counter() - started) * 1000
                 outcome = "ok"
                 if response.status_code != 200:
@@ -316,6 +395,8 @@ async def drive(url: str, token: str, tool: str, args: dict[str, Any], *, concur
                         outcome = f"rpc_{reply.get('error', {}).get('code')}"
                     elif result.get("isError"):
                         outcome = str(result["structuredContent"].get("code"))
+                    elif check is not None and (problem := check(result)):
+                        outcome = problem
                     else:
                         measured.bytes_out = len(response.content)
                 if outcome == "ok":
@@ -327,6 +408,57 @@ async def drive(url: str, token: str, tool: str, args: dict[str, Any], *, concur
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         measured.wall_s = time.perf_counter() - started
     return measured
+
+
+def demo_task_run(issuer: str) -> tuple[int, int]:
+    """The demo task and its current run (read through the ORM, as scripts/investigation_walk.py does)."""
+    env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
+    task_id, run_id = manage("shell", "--no-imports", "-c", DEMO_TASK_QUERY, env=env).splitlines()[-1].split()
+    return int(task_id), int(run_id)
+
+
+def bind_context(base: str, token: str, body: dict[str, Any]) -> str:
+    """A context bound through the REST API; returns its handle (never printed)."""
+    created = httpx2.post(
+        f"{base}/api/v1/mcp-query-contexts", json=body, headers={"authorization": f"Bearer {token}"}, timeout=30
+    )
+    if created.status_code != 201:
+        raise RuntimeError(f"binding a {body['purpose']} context: HTTP {created.status_code} {created.text[:800]}")
+    return str(created.json()["context_handle"])
+
+
+def bind_task_context(provider: Any, base: str, resource: str) -> tuple[str, str]:
+    """(token, handle) of a ``task_execution`` context for the demo task's current run, whose lease the
+    seeded session holds. The token is a fresh one of alice exchanged by tjwater-agent-mcp — the host client
+    (``TJWATER_MCP_HOST_CLIENT``), the only one that may bind task contexts; her memberships come from
+    ``grant``. (The provider's client_credentials token carries only ``mcp.catalog.read``: it can neither
+    bind a context nor call a tool.) Fresh, because the provider's tokens live 300 s."""
+    user_token = provider.user_token("alice", resource=resource)
+    token = provider.exchange(user_token, resource=resource, scope="mcp.query mcp.context.bind")
+    task_id, run_id = demo_task_run(provider.issuer)
+    body = {
+        "project": DEMO,
+        "session_id": DEMO_SESSION,
+        "purpose": TASK_EXECUTION,
+        "task_id": task_id,
+        "run_id": run_id,
+        "execution_request_id": DEMO_EXECUTION_REQUEST,
+    }
+    return token, bind_context(base, token, body)
+
+
+def save_evidence(url: str, token: str, handle: str) -> str:
+    """Save one evidence snapshot of ``EVIDENCE_SOURCE`` (500 items) in the task context; its id."""
+    tool, args = EVIDENCE_SOURCE
+    body = rpc(tool, {"context_handle": handle, **args}, 1, fresh_request_key())
+    response = httpx2.post(url, content=body, headers=headers(token, tool), timeout=60)
+    response.raise_for_status()
+    reply = reply_of(response.text)
+    result = reply.get("result") or {}
+    if not result or result.get("isError") or has_evidence_id(result):
+        raise RuntimeError(f"saving the {tool} evidence failed: {json.dumps(reply)[:800]}")
+    structured = result["structuredContent"]
+    return str(structured.get("evidence_id") or structured["details"]["evidence_id"])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -359,11 +491,17 @@ async def cancellation_latency(url: str, token: str, handle: str, runs: int) -> 
     with psycopg.connect(DSN, autocommit=True) as watch:
         for i in range(runs):
             args = {"context_handle": handle, "seconds": 20}
+            # With a progress token the first notification commits text/event-stream at once (no wait
+            # for the 15 s keepalive window before the response starts).
+            body = rpc("test_slow_query", args, i, {"progressToken": f"cancel-{i}"})
             async with httpx2.AsyncClient(timeout=30) as client:
-                request = client.build_request(
-                    "POST", url, content=rpc("test_slow_query", args, i), headers=headers(token, "test_slow_query")
-                )
+                request = client.build_request("POST", url, content=body, headers=headers(token, "test_slow_query"))
                 response = await client.send(request, stream=True)
+                if response.status_code != 200 or not response.headers.get("content-type", "").startswith(
+                    "text/event-stream"
+                ):
+                    text = (await response.aread())[:300]
+                    raise RuntimeError(f"the slow query was refused: HTTP {response.status_code} {text!r}")
                 deadline = time.monotonic() + 10
                 while watch.execute(probe).fetchone()[0] == 0:
                     if time.monotonic() > deadline:
@@ -389,7 +527,8 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     os.sched_setaffinity(0, {1})  # the load generator on CPU 1, the server on CPU 0
 
-    provider = start_provider(OUT / "provider.log")
+    # Tokens valid for the whole run (the provider's default is 300 s; a real host refreshes them).
+    provider = start_provider(OUT / "provider.log", IDP_ACCESS_TOKEN_TTL=str(RUN_LIFETIME_S))
     server = None
     try:
         ensure_database(options.tiles, provider.issuer)
@@ -417,18 +556,32 @@ def main() -> int:
         wanted = [
             s for s in SCENARIOS if not options.only or any(s.name.startswith(p) for p in options.only.split(","))
         ]
+        task: tuple[str, str] | None = None  # (token, handle) of the task context, bound when first needed
+        saved_evidence: str | None = None
         for scenario in wanted:
             if scenario.tool not in served:
                 rows.append({"scenario": scenario.name, "tool": scenario.tool, "status": "not in the catalog"})
                 print(f"[bench] {scenario.name}: not in the catalog", flush=True)
                 continue
-            args = {"context_handle": handles[scenario.project], **scenario.args}
             url = f"{base}/mcp"
-            asyncio.run(drive(url, token, scenario.tool, args, concurrency=1, requests=options.warmup))
+            call_token, handle = token, handles[scenario.project]
+            if scenario.purpose == TASK_EXECUTION:
+                task = task or bind_task_context(provider, base, resource)
+                call_token, handle = task
+            args = {"context_handle": handle, **scenario.args}
+            if SAVED_EVIDENCE in args.values():
+                saved_evidence = saved_evidence or save_evidence(url, call_token, handle)
+                args = {k: saved_evidence if v == SAVED_EVIDENCE else v for k, v in args.items()}
+            run = {"meta": scenario.meta, "check": scenario.check}
+            asyncio.run(drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.warmup, **run))
             ticks = cpu_ticks(server.pid)
-            one = asyncio.run(drive(url, token, scenario.tool, args, concurrency=1, requests=options.requests))
+            one = asyncio.run(
+                drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.requests, **run)
+            )
             cpu_ms = (cpu_ticks(server.pid) - ticks) / os.sysconf("SC_CLK_TCK") * 1000 / max(1, options.requests)
-            eight = asyncio.run(drive(url, token, scenario.tool, args, concurrency=8, requests=options.requests))
+            eight = asyncio.run(
+                drive(url, call_token, scenario.tool, args, concurrency=8, requests=options.requests, **run)
+            )
             p50 = percentile(one.latencies_ms, 0.5)
             row = {
                 "scenario": scenario.name,
