@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pydantic_core
 from django.conf import settings
@@ -42,6 +43,7 @@ from contexts.errors import (
     ToolNotInContext,
 )
 from contexts.scope import QueryScope
+from contexts.services import context_handle_acceptable, hash_handle
 from contexts.tokens import VerifiedToken
 from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry
@@ -190,6 +192,7 @@ class Dispatcher:
         self.catalog = catalog
         self.limiter = limiter
         self.db = db
+        self.tenants = TenantHints()
 
     async def call_tool(
         self,
@@ -210,12 +213,25 @@ class Dispatcher:
         outcome = "ok"
         rows = 0
         lease = self.db.lease()
+        handle = args.get("context_handle")
+        # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
+        # the critical path), when an earlier call of this handle named the tenant (``TenantHints``).
+        early = self.tenants.early_acquire(self.limiter, handle) if self.db.tool_slot_free() else None
         try:
-            scope = await resolve_scope_async(
-                token=token, handle=args.get("context_handle"), tool_name=name, fetch=lease.fetch
-            )
+            try:
+                scope = await resolve_scope_async(token=token, handle=handle, tool_name=name, fetch=lease.fetch)
+            except BaseException:
+                if early is not None:
+                    await self._discard_slot(early)
+                raise
+            self.tenants.learn(handle, scope)
+            if early is not None and not early.serves(scope, saves_evidence(scope, name)):
+                await self._discard_slot(early)
+                early = None
             call.scope = scope
             if not caller_may_use(entry, scope):
+                if early is not None:
+                    await self._discard_slot(early)
                 raise _NotCallable
             if saves_evidence(scope, name):
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
@@ -232,7 +248,7 @@ class Dispatcher:
                 reply = evidence_call_result(entry.spec, saved)
                 rows = _row_count(reply.structured_content or {})
                 return reply
-            result = await self._run(call, entry, scope, args, session if progress else None, lease)
+            result = await self._run(call, entry, scope, args, session if progress else None, lease, early)
             structured = fit_inline(
                 result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES, entry.validator
             )
@@ -293,6 +309,7 @@ class Dispatcher:
         args: dict[str, Any],
         session: Any | None,
         held: ConnectionLease | None = None,
+        early: EarlySlot | None = None,
     ) -> BaseModel:
         db = self.db
         conn = held.take() if held is not None and db.tool_slot_free() else None
@@ -301,10 +318,15 @@ class Dispatcher:
         if not await db.take_tool_slot():
             if conn is not None:
                 await db.give_back(conn)
+            if early is not None:
+                await self._discard_slot(early)
             raise ServerBusy("The server is at its query capacity; retry shortly.")
         try:
             try:
-                lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+                if early is not None:
+                    lease = await early.task  # RateLimited / DataSourceUnavailable as from acquire
+                else:
+                    lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
             except BaseException:
                 if conn is not None:
                     await db.give_back(conn)
@@ -329,6 +351,16 @@ class Dispatcher:
                     await self.limiter.release(lease)
         finally:
             db.give_tool_slot()
+
+    async def _discard_slot(self, early: EarlySlot) -> None:
+        """Give back a slot asked for early that the call will not use (waits for the answer, shielded)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                slot = await early.task
+            except BaseException:  # noqa: BLE001 - refused or failed: there is nothing to give back
+                return
+            if not self.limiter.release_soon(slot):
+                await self.limiter.release(slot)
 
     async def resource_scope(self, *, token: VerifiedToken, meta: Mapping[str, Any] | None) -> QueryScope:
         """The scope of a resources request: the handle from ``_meta["cn.tjwater/contextHandle"]``,
@@ -386,6 +418,56 @@ class Dispatcher:
                 (time.monotonic() - started) * 1000,
                 outcome,
             )
+
+
+class EarlySlot:
+    """A tenant slot asked for before the context was resolved, for the tenant an earlier call named."""
+
+    __slots__ = ("tenant", "task")
+
+    def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any]) -> None:
+        self.tenant = tenant
+        self.task = task
+
+    def serves(self, scope: QueryScope, task_purpose: bool) -> bool:
+        """Whether this call may use it: the resolved tenant is the one asked for, and the call is not a
+        task-purpose call (the evidence step takes its slot itself, inside the receipt's protocol)."""
+        return not task_purpose and (scope.principal_id, scope.project_id) == self.tenant
+
+
+class TenantHints:
+    """Which tenant (principal, project) a context handle named when it last resolved, per process.
+
+    Only a *hint* for asking Redis for the tenant's slot concurrently with the resolution: the binding is
+    still read from PostgreSQL and checked on every call, and nothing is decided from the hint — a call
+    whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
+    one round trip at most), and one that resolves to another tenant gives it back and asks again. A
+    handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
+    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first."""
+
+    MAX_HINTS = 10_000
+
+    def __init__(self) -> None:
+        self._tenants: dict[str, tuple[int, int]] = {}
+
+    @staticmethod
+    def _key(handle: object) -> str | None:
+        return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
+
+    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object) -> EarlySlot | None:
+        key = self._key(handle)
+        tenant = self._tenants.get(key) if key is not None else None
+        if tenant is None:
+            return None
+        return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
+
+    def learn(self, handle: object, scope: QueryScope) -> None:
+        key = self._key(handle)
+        if key is None or key in self._tenants:
+            return
+        if len(self._tenants) >= self.MAX_HINTS:
+            self._tenants.pop(next(iter(self._tenants)))
+        self._tenants[key] = (scope.principal_id, scope.project_id)
 
 
 class _Call:

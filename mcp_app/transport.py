@@ -17,9 +17,10 @@ one from the SDK itself, in the same order:
 5. the request is served by the SDK's kernel ``serve_one`` (params validated per version, the
    handler, the result sieved and stamped), errors mapped by the SDK's ``modern_error_data``;
 
-and replaces only the machinery: the handler runs in the request's own task; one small watcher task
-turns a client disconnect into the cancellation of that task (R-PROTO-6 — the executor then cancels
-the statement in PostgreSQL); a timer commits ``text/event-stream`` and pings if the handler stays
+and replaces only the machinery: the handler runs in the request's own task, in an anyio cancel scope;
+one small watcher task turns a client disconnect into the cancellation of that scope (R-PROTO-6 — the
+executor then cancels the statement in PostgreSQL; shielded sections finish first); a timer commits
+``text/event-stream`` and pings if the handler stays
 silent for ``SSE_PING_INTERVAL_S`` (as the SDK does); the first notification (progress) commits SSE;
 a handler that answers within the window gets ``application/json`` with the SDK's status table. The
 reply is serialised once.
@@ -91,7 +92,7 @@ class _Exchange:
         self._cancel_requested: anyio.Event | None = None
         self.committed = False  # text/event-stream has started
         self.finished = False  # the reply is being written: no more notifications, no cancellation
-        self.client_gone = False  # the watcher cancelled the request's task
+        self.client_gone = False  # the watcher cancelled the handler's scope
         self._pinging: asyncio.Task[None] | None = None
         self.watcher: asyncio.Task[None] | None = None  # referenced here so it is never collected early
         self._timer: asyncio.TimerHandle | None = None
@@ -150,9 +151,13 @@ class _Exchange:
             await self._pinging  # the last frame goes after it, never interleaved
 
 
-async def _watch_disconnect(receive: Any, exchange: _Exchange, task: asyncio.Task[Any]) -> None:
-    """Cancel the request's task when the client goes away before the reply (R-PROTO-6). After the
-    reply the server's ``receive`` reports the end of the exchange as a disconnect too: then nothing."""
+async def _watch_disconnect(receive: Any, exchange: _Exchange, scope: anyio.CancelScope) -> None:
+    """Cancel the request's handler when the client goes away before the reply (R-PROTO-6). After the
+    reply the server's ``receive`` reports the end of the exchange as a disconnect too: then nothing.
+
+    The handler runs in an anyio cancel scope and this cancels the *scope* — never ``Task.cancel()``,
+    which would pierce the shielded sections (a statement's cancel-and-wait, giving a connection back,
+    releasing a slot): anyio delivers a scope's cancellation only outside shielded scopes."""
     try:
         while (await receive()).get("type") != "http.disconnect":
             pass
@@ -160,7 +165,7 @@ async def _watch_disconnect(receive: Any, exchange: _Exchange, task: asyncio.Tas
         pass
     if not exchange.finished:
         exchange.client_gone = True
-        task.cancel()
+        scope.cancel()
 
 
 async def _read_body(receive: Any, limit: int) -> bytes | None:
@@ -300,32 +305,30 @@ class SingleExchange:
         self, exchange: _Exchange, req: JSONRPCRequest, connection: Connection, receive: Any, send: Any
     ) -> None:
         loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        exchange.watcher = loop.create_task(_watch_disconnect(receive, exchange, task))
+        handler_scope = anyio.CancelScope()
+        exchange.watcher = loop.create_task(_watch_disconnect(receive, exchange, handler_scope))
         exchange.arm(loop, self.ping_interval_s)
         try:
-            try:
-                result = await serve_one(
-                    self.server,
-                    exchange,
-                    req.method,
-                    req.params,
-                    connection=connection,
-                    lifespan_state=self.lifespan_state,
-                )
-            except asyncio.CancelledError:
-                if exchange.client_gone:
-                    task.uncancel()  # our own cancellation: the client left, nobody is waiting for a reply
-                    return
-                raise
-            except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire ladder decides
-                error = modern_error_data(exc).model_dump(mode="json", by_alias=True, exclude_none=True)
-                reply: dict[str, Any] = {"jsonrpc": "2.0", "id": req.id, "error": error}
-                status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200)
-            else:
-                reply = {"jsonrpc": "2.0", "id": req.id, "result": result}
-                status = 200
+            reply: dict[str, Any] | None = None
+            status = 200
+            with handler_scope:
+                try:
+                    result = await serve_one(
+                        self.server,
+                        exchange,
+                        req.method,
+                        req.params,
+                        connection=connection,
+                        lifespan_state=self.lifespan_state,
+                    )
+                except Exception as exc:  # noqa: BLE001 - the SDK's exception-to-wire ladder decides
+                    error = modern_error_data(exc).model_dump(mode="json", by_alias=True, exclude_none=True)
+                    reply = {"jsonrpc": "2.0", "id": req.id, "error": error}
+                    status = ERROR_CODE_HTTP_STATUS.get(error["code"], 200)
+                else:
+                    reply = {"jsonrpc": "2.0", "id": req.id, "result": result}
+            if reply is None:  # cancelled: the client left, nobody is waiting for a reply
+                return
             await exchange.disarm()
             payload = _reply_bytes(reply)
             if exchange.committed:
@@ -347,5 +350,3 @@ class SingleExchange:
             # After the reply the watcher wakes (the server reports the finished exchange as a
             # disconnect), sees ``finished`` and ends; it is never awaited here.
             exchange.finished = True
-            if exchange.client_gone and task.cancelling():
-                task.uncancel()
