@@ -20,10 +20,9 @@ one from the SDK itself, in the same order:
 and replaces only the machinery: the handler runs in the request's own task, in an anyio cancel scope;
 one small watcher task turns a client disconnect into the cancellation of that scope (R-PROTO-6 — the
 executor then cancels the statement in PostgreSQL; shielded sections finish first); a timer commits
-``text/event-stream`` and pings if the handler stays
-silent for ``SSE_PING_INTERVAL_S`` (as the SDK does); the first notification (progress) commits SSE;
-a handler that answers within the window gets ``application/json`` with the SDK's status table. The
-reply is serialised once.
+``text/event-stream`` and pings if the handler stays silent for ``TJWATER_MCP_SSE_PING_S`` (15 s, the
+SDK's window); the first notification (progress) commits SSE; a handler that answers within the window
+gets ``application/json`` with the SDK's status table. The reply is serialised once.
 
 Used for every 2026-07-28 POST that passed the gate in ``mcp_app.asgi`` (the legacy transports are
 never reached: the gate refuses other versions).
