@@ -289,6 +289,8 @@ class Dispatcher:
             logger.exception("mcp tool failed tool=%s", name)
             return internal_error_result()
         finally:
+            if early is not None:
+                await self._discard_slot(early)  # a path that neither used nor gave it back (no-op otherwise)
             await lease.release()
             scope = call.scope
             logger.info(
@@ -324,6 +326,7 @@ class Dispatcher:
         try:
             try:
                 if early is not None:
+                    early.settled = True
                     lease = await early.task  # RateLimited / DataSourceUnavailable as from acquire
                 else:
                     lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
@@ -354,6 +357,9 @@ class Dispatcher:
 
     async def _discard_slot(self, early: EarlySlot) -> None:
         """Give back a slot asked for early that the call will not use (waits for the answer, shielded)."""
+        if early.settled:
+            return
+        early.settled = True
         with anyio.CancelScope(shield=True):
             try:
                 slot = await early.task
@@ -423,11 +429,12 @@ class Dispatcher:
 class EarlySlot:
     """A tenant slot asked for before the context was resolved, for the tenant an earlier call named."""
 
-    __slots__ = ("tenant", "task")
+    __slots__ = ("tenant", "task", "settled")
 
     def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any]) -> None:
         self.tenant = tenant
         self.task = task
+        self.settled = False  # used by the call, or given back
 
     def serves(self, scope: QueryScope, task_purpose: bool) -> bool:
         """Whether this call may use it: the resolved tenant is the one asked for, and the call is not a
