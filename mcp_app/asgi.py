@@ -36,7 +36,7 @@ from mcp_app.dispatch import Dispatcher
 from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
-from mcp_app.transport import SingleExchange
+from mcp_app.transport import SingleExchange, read_body
 
 logger = logging.getLogger(__name__)
 
@@ -97,23 +97,6 @@ def transport_security() -> TransportSecuritySettings:
     return TransportSecuritySettings.model_construct(
         enable_dns_rebinding_protection=True, allowed_hosts=DjangoHostPatterns(patterns), allowed_origins=origins
     )
-
-
-async def _read_body(receive: Any, limit: int) -> bytes | None:
-    """The request body, or None when it is larger than ``limit`` or the client went away."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 def _request_id(body: bytes | None) -> str | int | None:
@@ -233,7 +216,7 @@ class McpEndpoint:
         if requested not in SUPPORTED_VERSIONS:
             rejection = unsupported_protocol_version_rejection(requested or "", SUPPORTED_VERSIONS)
             assert rejection is not None  # requested is not supported
-            request_id = _request_id(await _read_body(receive, MAX_REQUEST_BODY_BYTES))
+            request_id = _request_id(await read_body(receive, MAX_REQUEST_BODY_BYTES))
             await send_json(
                 send,
                 400,

@@ -167,7 +167,7 @@ async def _watch_disconnect(receive: Any, exchange: _Exchange, scope: anyio.Canc
         scope.cancel()
 
 
-async def _read_body(receive: Any, limit: int) -> bytes | None:
+async def read_body(receive: Any, limit: int) -> bytes | None:
     """The whole body, or None when it exceeds ``limit`` (or the client left while sending it)."""
     message = await receive()
     if message["type"] != "http.request":
@@ -238,7 +238,7 @@ class SingleExchange:
         if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
             await _send_plain(send, 413, _TOO_LARGE)
             return
-        body = await _read_body(receive, self.max_body_bytes)
+        body = await read_body(receive, self.max_body_bytes)
         if body is None:
             await _send_plain(send, 413, _TOO_LARGE)
             return
