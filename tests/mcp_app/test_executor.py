@@ -219,6 +219,46 @@ def test_template_refuses_a_factory_whose_sql_depends_on_its_arguments() -> None
         template.bind(5)
 
 
+def test_a_prepared_statement_is_built_once_per_shape_and_then_only_bound() -> None:
+    from queries.models import ELEMENT_MODELS
+    from queries.plan import execute_sync, prepared
+
+    built: list[tuple[Any, ...]] = []
+
+    @prepared(static=1)
+    def row(element_type: str, project_id: int, element_id: str) -> Any:
+        built.append((element_type, project_id, element_id))
+        return (
+            ELEMENT_MODELS[element_type]
+            .objects.filter(project_id=project_id, element_id=element_id)
+            .values("element_id")[:1]
+        )
+
+    compiler = StatementCompiler()
+    # Project 1 and the constant LIMIT 1 are the same value: still a template (two sentinel compiles tell
+    # an argument from a constant).
+    first = compiler.compile(row("pipe", 1, "LINK-1"))
+    builds = len(built)  # the example and the two sentinel sets
+    second = compiler.compile(row("pipe", 2, "LINK-7"))
+    assert len(built) == builds  # no ORM work for the second call
+    assert first.sql == second.sql and second.params == ("LINK-7", 2, 1)  # in the SQL's order
+    other = compiler.compile(row("junction", 2, "J-1"))  # another static argument: another shape
+    assert len(built) > builds and other.sql != first.sql
+
+    # A factory that is not a template is built and compiled on every call, still correct.
+    @prepared
+    def nullable(element_id: str) -> Any:
+        built.append(("nullable", element_id))
+        return ELEMENT_MODELS["pipe"].objects.filter(element_id=element_id or None).values("element_id")[:1]
+
+    before = len(built)
+    assert "IS NULL" in compiler.compile(nullable("")).sql
+    assert "IS NULL" not in compiler.compile(nullable("x")).sql
+    assert len(built) > before + 1
+    # Django's driver builds it like any queryset and runs it.
+    assert execute_sync(row("pipe", -1, "none")) == []
+
+
 def test_query_connections_are_read_only_with_the_budget() -> None:
     async def probe() -> list[Any]:
         db = QueryDatabase(size=1, budget_s=7, checkout_timeout_s=5, connect_timeout_s=5)
