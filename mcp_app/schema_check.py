@@ -88,6 +88,25 @@ def compile_schema(schema: Any) -> Check:
     return _all(checks)
 
 
+#: minLength/maxLength (strings) and minItems/maxItems (arrays): (the type they apply to, lower bound?).
+_SIZE_KEYWORDS: dict[str, tuple[type, bool]] = {
+    "minLength": (str, True),
+    "maxLength": (str, False),
+    "minItems": (list, True),
+    "maxItems": (list, False),
+}
+
+
+def _size_check(key: str, value: Any) -> Check:
+    if type(value) is not int:
+        raise Unsupported(key)
+    kind, lower = _SIZE_KEYWORDS[key]
+    n = value
+    if lower:
+        return lambda v: type(v) is not kind or len(v) >= n
+    return lambda v: type(v) is not kind or len(v) <= n
+
+
 def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C901 - one branch per keyword
     if key == "type":
         names = [value] if isinstance(value, str) else value
@@ -100,13 +119,8 @@ def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C9
             raise Unsupported("enum of non-strings")
         allowed = frozenset(value)
         return lambda v: type(v) is str and v in allowed
-    if key in ("minLength", "maxLength"):
-        if type(value) is not int:
-            raise Unsupported(key)
-        n = value
-        if key == "minLength":
-            return lambda v: type(v) is not str or len(v) >= n
-        return lambda v: type(v) is not str or len(v) <= n
+    if key in _SIZE_KEYWORDS:
+        return _size_check(key, value)
     if key == "pattern":
         if not isinstance(value, str):
             raise Unsupported(key)
@@ -160,13 +174,6 @@ def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C9
         check = compile_schema(value)
         skip = len(schema.get("prefixItems", ()))
         return lambda v: type(v) is not list or all(check(x) for x in v[skip:])
-    if key in ("minItems", "maxItems"):
-        if type(value) is not int:
-            raise Unsupported(key)
-        n = value
-        if key == "minItems":
-            return lambda v: type(v) is not list or len(v) >= n
-        return lambda v: type(v) is not list or len(v) <= n
     if key == "allOf":
         if not isinstance(value, list) or not value:
             raise Unsupported(key)

@@ -76,14 +76,18 @@ def test_body_over_the_limit_is_413_declared_or_streamed(mcp_server: ServerProce
     assert ok.status_code == 200 and "get_element_properties" in ok.text
 
 
-def test_a_quick_answer_is_json(mcp_server: ServerProcess) -> None:
-    arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": 0.01}}
-    response = httpx2.post(
-        f"{mcp_server.url}/mcp",
+def slow_call(server: ServerProcess, seconds: float) -> httpx2.Response:
+    arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": seconds}}
+    return httpx2.post(
+        f"{server.url}/mcp",
         json=rpc_body("tools/call", arguments),
         headers=rpc_headers("tools/call", token("bob"), name="test_slow_query"),
         timeout=20,
     )
+
+
+def test_a_quick_answer_is_json(mcp_server: ServerProcess) -> None:
+    response = slow_call(mcp_server, 0.01)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json()["result"]["isError"] is False
@@ -93,13 +97,7 @@ def test_a_silent_handler_commits_sse_and_is_pinged(
     start_server: Callable[..., ServerProcess], e2e_project: E2EProject
 ) -> None:
     server = start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL, TJWATER_MCP_SSE_PING_S="0.3")
-    arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": 1.2}}
-    response = httpx2.post(
-        f"{server.url}/mcp",
-        json=rpc_body("tools/call", arguments),
-        headers=rpc_headers("tools/call", token("bob"), name="test_slow_query"),
-        timeout=20,
-    )
+    response = slow_call(server, 1.2)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text.count(": ping") >= 2  # one per 0.3 s of silence
