@@ -39,6 +39,7 @@ from contexts.authentication import (
     TokenUser,
     bearer_challenge,
 )
+from contexts.bind_rate import take_bind_token
 from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.models import ContextPurpose
 from contexts.tokens import VerifiedToken
@@ -121,7 +122,7 @@ def _error_response(exc: Exception) -> Response | None:
     if isinstance(exc, ApplicationError):
         response = Response(exc.as_dict(), status=exc.http_status)
         if exc.retryable:
-            response["Retry-After"] = str(RETRY_AFTER_S)
+            response["Retry-After"] = str(exc.retry_after_s or RETRY_AFTER_S)
         return response
     if isinstance(exc, InvalidTokenFailed):
         response = Response(_body("INVALID_TOKEN", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
@@ -188,15 +189,20 @@ class ContextCreateApi(ContextApiView):
         operation_id="context_create",
         tags=["contexts"],
         request=InputSerializer,
-        responses={201: OutputSerializer, **{code: OpenApiResponse(ERROR_BODY) for code in (400, 401, 403, 404, 503)}},
+        responses={
+            201: OutputSerializer,
+            **{code: OpenApiResponse(ERROR_BODY) for code in (400, 401, 403, 404, 409, 429, 503)},
+        },
     )
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        token = self.verified_token(request)
+        take_bind_token(issuer=token.issuer, subject=token.subject)
         catalog, task_scoped = services.tool_catalog()
         created = services.context_create(
-            token=self.verified_token(request),
+            token=token,
             project_slug=data.get("project"),
             session_id=data["session_id"],
             purpose=data["purpose"],

@@ -19,6 +19,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from contexts.access import REST_READ_SCOPE, SCOPE_CONTEXT_BIND
 from contexts.tokens import (
     AuthUnavailable,
     InvalidToken,
@@ -28,7 +29,7 @@ from contexts.tokens import (
     verify_token,
 )
 
-BIND_SCOPE = "mcp.context.bind"
+BIND_SCOPE = SCOPE_CONTEXT_BIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,4 +122,17 @@ class HasBindScope(BasePermission):
             raise TokenRequired()
         if BIND_SCOPE not in token.scopes:
             raise InsufficientScope(BIND_SCOPE)
+        return True
+
+
+class HasApiReadScope(BasePermission):
+    """The REST data API needs an API-audience token with ``api.read`` (``contexts.access.REST_READ_SCOPE``):
+    a token with an empty scope reads nothing; otherwise 403 ``insufficient_scope``."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        token = request.auth
+        if not isinstance(token, VerifiedToken):
+            raise TokenRequired()
+        if REST_READ_SCOPE not in token.scopes:
+            raise InsufficientScope(REST_READ_SCOPE)
         return True

@@ -19,9 +19,13 @@ class ApplicationError(Exception):
     retryable: bool = False
     default_message: str = "The request could not be completed."
 
-    def __init__(self, message: str | None = None, *, details: dict[str, object] | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, details: dict[str, object] | None = None, retry_after_s: int | None = None
+    ) -> None:
         self.message = message or self.default_message
         self.details = details or {}
+        #: Seconds a retryable refusal asks the caller to wait (HTTP ``Retry-After``); ``None``: the edge's default.
+        self.retry_after_s = retry_after_s
         super().__init__(self.message)
 
     def as_dict(self) -> dict[str, object]:
@@ -78,6 +82,15 @@ class ContextRevoked(ApplicationError):
     code = "CONTEXT_REVOKED"
     http_status = 403
     default_message = "The context handle was revoked; create a new context."
+
+
+class ContextLimitReached(ApplicationError):
+    """The principal already holds the most live contexts allowed in this project
+    (``TJWATER_CONTEXT_MAX_LIVE``): a new bind is refused rather than silently revoking an older one."""
+
+    code = "CONTEXT_LIMIT_REACHED"
+    http_status = 409
+    default_message = "Too many live contexts for this principal in this project; delete unused ones first."
 
 
 class RunNotCurrent(ApplicationError):

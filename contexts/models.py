@@ -99,7 +99,9 @@ class Task(models.Model):
 class TaskRun(models.Model):
     """One execution of a task. A newer run supersedes an older one; at most one run per task is
     current (``superseded_at IS NULL``), enforced by a partial unique index. The lease names the native
-    agent session that may execute it and until when."""
+    agent session that may execute it and until when. ``owner`` is the principal that runs the
+    investigation (the worker's service identity): only it binds task contexts on the run
+    (``contexts.access.owns_run``); a run without an owner binds for nobody."""
 
     class Status(models.TextChoices):
         RUNNING = "running"
@@ -109,6 +111,7 @@ class TaskRun(models.Model):
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="runs")
     sequence = models.PositiveIntegerField()
+    owner = models.ForeignKey(Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="owned_runs")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     lease_holder = models.CharField(max_length=255, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from contexts.errors import InvalidParameter, NotFound
 from contexts.models import AccessEvent, Membership, Permission, Principal, Project
-from contexts.services import Actor
+from contexts.services import Actor, contexts_revoke_for_principal
 
 KNOWN_PERMISSIONS = frozenset(Permission.values)
 
@@ -113,7 +113,9 @@ def membership_grant(
 
 @transaction.atomic
 def membership_revoke(*, project_slug: str, issuer: str, subject: str, actor: Actor, reason: str) -> Membership:
-    """Revoke a principal's membership of a project; its contexts stop on their next call."""
+    """Revoke a principal's membership of a project, and in the same transaction every live context
+    that principal holds on the project (issue 17 item 3): a handle never outlives the membership it was
+    bound under, so granting the membership again later does not bring an old handle back."""
     if not reason.strip():
         raise InvalidParameter("Revoking a membership needs a reason (it is kept in the audit trail).")
     project = _project(project_slug)
@@ -127,6 +129,13 @@ def membership_revoke(*, project_slug: str, issuer: str, subject: str, actor: Ac
         raise NotFound("That principal has no active membership in this project.")
     membership.revoked_at = timezone.now()
     membership.save(update_fields=["revoked_at"])
+    contexts_revoke_for_principal(
+        project_id=project.pk,
+        principal_id=membership.principal_id,
+        actor=actor,
+        reason=f"membership revoked: {reason.strip()}",
+        now=membership.revoked_at,
+    )
     _audit(
         AccessEvent.Action.MEMBERSHIP_REVOKED,
         actor=actor,

@@ -4,7 +4,7 @@ The REST edge has no context handles: a bearer JWT for the API audience (``TJWAT
 same issuer, same validator class and key cache sharing as ``/mcp``) names the principal, and the live
 membership of that principal in the project named by the URL gives the permissions — re-read on every
 request, so a revoked membership stops the next request. The resulting ``QueryScope`` is what the query
-services receive, exactly as on ``/mcp``; which tools it may use is decided by ``queries.access``.
+services receive, exactly as on ``/mcp``; which tools it may use is decided by ``contexts.access``.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from contexts.errors import PermissionDenied
-
 
 @dataclass(frozen=True, slots=True)
 class QueryScope:
@@ -31,9 +29,3 @@ class QueryScope:
 
     def has(self, permission: str) -> bool:
         return permission in self.permissions
-
-    def require(self, *permissions: str) -> None:
-        """Raise ``PermissionDenied`` unless every named permission is held now."""
-        missing = [p for p in permissions if p not in self.permissions]
-        if missing:
-            raise PermissionDenied(details={"missing_permissions": missing})

@@ -26,9 +26,11 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from contexts import access
 from contexts.errors import (
     ContextExpired,
     ContextInvalid,
+    ContextLimitReached,
     ContextRevoked,
     InvalidParameter,
     NotFound,
@@ -36,7 +38,6 @@ from contexts.errors import (
     ProjectContextRequired,
     RunNotCurrent,
     RunSuperseded,
-    ToolNotInContext,
 )
 from contexts.models import (
     TASK_PURPOSES,
@@ -44,7 +45,6 @@ from contexts.models import (
     ContextPurpose,
     ExecutionRequest,
     Membership,
-    Permission,
     QueryContext,
     Task,
     TaskRun,
@@ -60,31 +60,6 @@ HANDLE_BYTES = 32  # 256 random bits (R-CTX-2)
 MAX_HANDLE_CHARS = 128  # anything longer cannot be one of ours; refused before touching the database
 MAX_REVOKE_BATCH = 1000
 DEFAULT_RETENTION_S = 7 * 24 * 3600
-
-# --- R-CTX-4: what a task_reader may never get ------------------------------------------------------
-# A reader (a read-only sub-agent of a run) gets query tools and the system's evidence append — which
-# is not a tool: evidence is saved by the dispatch path for task contexts (R-EVID-1). It never gets
-# report publishing, approvals, device control, shell or delegation. None of those tools exist in this
-# server; the rules below make sure that if one is ever added to the registry, no reader receives it:
-#  1. every permission a reader's tool requires must be a *query* permission (the product's read
-#     permission codes) — a publishing/approval/control tool needs some other permission code;
-#  2. a tool that requires no permission at all is only given to a reader if it is task-scoped (the
-#     bound task's own context and evidence);
-#  3. whatever the permissions say, a tool whose name marks one of the forbidden capability classes is
-#     never given to a reader.
-READER_QUERY_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission)
-READER_FORBIDDEN_NAME_MARKERS: tuple[str, ...] = (
-    "publish",
-    "approve",
-    "approval",
-    "device_control",
-    "control_device",
-    "set_device",
-    "shell",
-    "exec_command",
-    "delegate",
-    "spawn",
-)
 
 
 def hash_handle(handle: str) -> str:
@@ -142,44 +117,6 @@ class StaleRevocation:
 # --- the tool catalog ----------------------------------------------------------------------------
 
 
-def allowed_tools_for(
-    *,
-    catalog: Mapping[str, Collection[str]],
-    permissions: Collection[str],
-    purpose: str,
-    task_scoped: Collection[str] = (),
-) -> list[str]:
-    """The tools one binding may call: catalog ∩ the principal's permissions ∩ the purpose (R-TOOL-1,
-    R-CTX-4), sorted by name. ``catalog`` maps tool name → the permission codes the tool requires;
-    ``task_scoped`` names tools that only make sense inside a bound task (never given to ordinary chat).
-    """
-    if purpose not in ContextPurpose.values:
-        raise InvalidParameter("Unknown purpose.", details={"purpose": purpose})
-    held = frozenset(permissions)
-    task_only = frozenset(task_scoped)
-    tools: list[str] = []
-    for name, required in catalog.items():
-        needs = frozenset(required)
-        if not needs <= held:
-            continue
-        if purpose == ContextPurpose.ORDINARY_CHAT and name in task_only:
-            continue
-        if purpose == ContextPurpose.TASK_READER and not _reader_may_use(name, needs, task_only):
-            continue
-        tools.append(name)
-    return sorted(tools)
-
-
-def _reader_may_use(name: str, needs: frozenset[str], task_only: frozenset[str]) -> bool:
-    """R-CTX-4 for one tool (see the rules at ``READER_QUERY_PERMISSIONS``)."""
-    if not needs <= READER_QUERY_PERMISSIONS:
-        return False
-    if not needs and name not in task_only:
-        return False
-    lowered = name.lower()
-    return not any(marker in lowered for marker in READER_FORBIDDEN_NAME_MARKERS)
-
-
 def tool_catalog() -> tuple[dict[str, frozenset[str]], frozenset[str]]:
     """The live tool catalog for binding: (tool → required permissions, task-scoped tools), read from
     the registry through the providers named in settings at call time (``contexts`` may not import
@@ -235,8 +172,7 @@ def context_create(
         execution_request_id=execution_request_id,
         parent_session_id=parent_session_id,
     )
-    if purpose in TASK_PURPOSES and token.client_id != settings.TJWATER_MCP_HOST_CLIENT:
-        raise PermissionDenied("Only the host client may create task contexts.")
+    access.require_task_client(purpose=purpose, client_id=token.client_id, host_client=settings.TJWATER_MCP_HOST_CLIENT)
 
     # Unknown principal, unknown project and "not a member" are the same answer (STYLE "scoped lookups").
     membership = (
@@ -251,6 +187,7 @@ def context_create(
     )
     if membership is None:
         raise NotFound("No such project for this caller.")
+    _require_context_room(membership, now)
 
     task: Task | None = None
     run: TaskRun | None = None
@@ -258,6 +195,7 @@ def context_create(
     if purpose in TASK_PURPOSES:
         task, run, execution_request = _bind_task(
             project_id=membership.project_id,
+            principal_id=membership.principal_id,
             purpose=purpose,
             session_id=session_id,
             task_id=task_id,
@@ -267,7 +205,7 @@ def context_create(
             now=now,
         )
 
-    tools = allowed_tools_for(
+    tools = access.tools_for_binding(
         catalog=catalog, permissions=membership.permissions, purpose=purpose, task_scoped=task_scoped
     )
     handle = secrets.token_urlsafe(HANDLE_BYTES)
@@ -315,6 +253,27 @@ def context_create(
     )
 
 
+def _require_context_room(membership: Membership, now: datetime) -> None:
+    """R-CTX: at most ``TJWATER_CONTEXT_MAX_LIVE`` live contexts per principal × project. The membership
+    row is locked first (``FOR UPDATE``, inside the binding's transaction), so concurrent binds of one
+    principal in one project are counted one after the other and the cap holds exactly. The oldest
+    context is never silently revoked to make room: the new bind is refused."""
+    Membership.objects.select_for_update().filter(pk=membership.pk).values_list("pk", flat=True).first()
+    cap = settings.TJWATER_CONTEXT_MAX_LIVE
+    live = (
+        QueryContext.objects.active(now)
+        .filter(principal_id=membership.principal_id, project_id=membership.project_id)
+        .order_by()[: cap + 1]
+        .count()
+    )
+    if live >= cap:
+        raise ContextLimitReached(
+            f"This principal already has {cap} live contexts in this project; delete contexts it no longer "
+            "uses (DELETE /api/v1/mcp-query-contexts/{handle}) or wait for them to expire.",
+            details={"live_contexts": live, "max_live_contexts": cap},
+        )
+
+
 def _check_purpose_fields(
     *,
     purpose: str,
@@ -352,6 +311,7 @@ def _check_purpose_fields(
 def _bind_task(
     *,
     project_id: int,
+    principal_id: int,
     purpose: str,
     session_id: str,
     task_id: int | None,
@@ -361,19 +321,28 @@ def _bind_task(
     now: datetime,
 ) -> tuple[Task, TaskRun, ExecutionRequest | None]:
     """Resolve and check the task, its current run, the lease and the execution request, every lookup
-    scoped by the project (and task) so an id from another project is "not found"."""
+    scoped by the project (and task) so an id from another project is "not found". An investigation
+    belongs to its runs' owner (``contexts.access.owns_run``): a principal that owns no run of the task
+    gets the same ``NotFound`` as for a task that does not exist, before any other check can tell the
+    two apart; a named run it does not own is "not found" too."""
     task = Task.objects.filter(pk=task_id, project_id=project_id).first()
-    if task is None:
-        raise NotFound("No such task in this project.")
+    owned = (
+        TaskRun.objects.filter(task=task, owner_id=principal_id).values_list("pk", flat=True)
+        if task is not None
+        else []
+    )
+    owned_ids = frozenset(owned)
+    if task is None or not owned_ids:
+        raise access.task_not_found()
     current = TaskRun.objects.filter(task=task, superseded_at__isnull=True).first()
-    if run_id is not None:
-        named = TaskRun.objects.filter(pk=run_id, task=task).first()
-        if named is None:
-            raise NotFound("No such run of this task.")
-        if current is None or named.pk != current.pk:
-            raise RunNotCurrent("The run is not the task's current run.")
+    if run_id is not None and run_id not in owned_ids:
+        raise access.task_not_found()
+    if run_id is not None and (current is None or run_id != current.pk):
+        raise RunNotCurrent("The run is not the task's current run.")
     if current is None:
         raise RunNotCurrent("The task has no current run.")
+    if not access.owns_run(run_owner_id=current.owner_id, principal_id=principal_id):
+        raise RunNotCurrent("The task's current run belongs to another principal.")
     lease_session = session_id if purpose == ContextPurpose.TASK_EXECUTION else parent_session_id
     if not _lease_held(current, lease_session, now):
         raise RunNotCurrent("The run's lease is not held by this session.")
@@ -473,17 +442,12 @@ def context_row_query_by_hash(handle_hash: str) -> QuerySet[QueryContext]:
     return QueryContext.objects.filter(handle_hash=handle_hash).values(*CONTEXT_ROW_FIELDS)[:1]
 
 
-def check_context(
-    row: Mapping[str, object] | None,
-    *,
-    token: VerifiedToken,
-    tool_name: str | None,
-    required_permissions: Sequence[str],
-    now: datetime,
-) -> QueryScope:
-    """The checks of a resolution, on the row ``context_row_query`` read (``None``: no such handle).
-    Pure: no I/O, so the sync ``resolve_context`` and the MCP hot path share it. Raises the refusals
-    listed in ``resolve_context``."""
+def check_context(row: Mapping[str, object] | None, *, token: VerifiedToken, now: datetime) -> QueryScope:
+    """The checks of a resolution, on the row ``context_row_query`` read (``None``: no such handle):
+    the binding itself — who, until when, through which live membership and (task purposes) which
+    current, leased run. Pure: no I/O, so the sync ``resolve_context`` and the MCP hot path share it.
+    Which tools and permissions a call may use is decided afterwards by ``contexts.access`` on the
+    returned scope. Raises the refusals listed in ``resolve_context``."""
     if row is None:
         raise ContextInvalid()
     if not (
@@ -492,23 +456,20 @@ def check_context(
         and row["client_id"] == token.client_id
     ):
         raise ContextInvalid()
-    if row["revoked_at"] is not None:
-        raise ContextRevoked()
-    if row["expires_at"] <= now:  # type: ignore[operator]
-        raise ContextExpired()
     if (
         row["membership__revoked_at"] is not None
         or row["membership__principal_id"] != row["principal_id"]
         or row["membership__project_id"] != row["project_id"]
     ):
+        # Before the context's own state: a membership revoke also revokes its contexts, and the caller
+        # should learn the cause, not only the effect.
         raise PermissionDenied("The membership in this project is no longer active.")
+    if row["revoked_at"] is not None:
+        raise ContextRevoked()
+    if row["expires_at"] <= now:  # type: ignore[operator]
+        raise ContextExpired()
     allowed_tools = row["allowed_tools"] or []
-    if tool_name is not None and tool_name not in allowed_tools:  # type: ignore[operator]
-        raise ToolNotInContext()
     held = frozenset(row["membership__permissions"] or [])  # type: ignore[arg-type]
-    missing = sorted(p for p in required_permissions if p not in held)
-    if missing:
-        raise PermissionDenied(details={"missing_permissions": missing})
     purpose = str(row["purpose"])
     if purpose in TASK_PURPOSES:
         if row["run_id"] is None or row["run__superseded_at"] is not None or row["run__task_id"] != row["task_id"]:
@@ -541,8 +502,8 @@ def resolve_context(
     *,
     handle: str,
     token: VerifiedToken,
-    tool_name: str | None,
-    required_permissions: Sequence[str],
+    tool_name: str | None = None,
+    required_permissions: Sequence[str] = (),
     now: datetime | None = None,
 ) -> QueryScope:
     """Check a context handle for *this* call, right now, and build the ``QueryScope`` the query
@@ -552,9 +513,9 @@ def resolve_context(
     - ``ContextInvalid`` — unknown handle, or one bound to another issuer/subject/client (the same
       answer either way, so a handle's existence never leaks);
     - ``ContextRevoked`` / ``ContextExpired``;
-    - ``PermissionDenied`` — the membership was revoked or no longer grants ``required_permissions``;
-      ``ToolNotInContext`` (a ``PermissionDenied``) — ``tool_name`` is not in the binding's tools
-      (``None`` for ``resources/read``, which skips only that check);
+    - ``PermissionDenied`` — the membership was revoked; with ``tool_name``, ``contexts.access.require_call``
+      then refuses permissions in ``required_permissions`` the membership no longer grants, or
+      ``ToolNotInContext`` (a ``PermissionDenied``) for a tool outside the binding;
     - ``RunNotCurrent`` — a task context whose run was superseded or whose lease lapsed or moved
       (``task_reader``: the parent session's lease).
 
@@ -565,13 +526,9 @@ def resolve_context(
     if not context_handle_acceptable(handle):
         raise ContextInvalid()
     rows = list(context_row_query(handle))
-    return check_context(
-        rows[0] if rows else None,
-        token=token,
-        tool_name=tool_name,
-        required_permissions=required_permissions,
-        now=now or timezone.now(),
-    )
+    scope = check_context(rows[0] if rows else None, token=token, now=now or timezone.now())
+    access.require_call(scope, tool=tool_name or "", permissions=required_permissions, bound=tool_name is not None)
+    return scope
 
 
 def _owned_by(context: QueryContext, token: VerifiedToken) -> bool:
@@ -602,6 +559,22 @@ def context_revoke(*, context_ids: Sequence[int], actor: Actor, reason: str, now
         .only("pk", "handle_hash", "project_id", "principal_id")[:MAX_REVOKE_BATCH]
     )
     return _mark_revoked(rows, actor=actor, reason=reason, now=now)
+
+
+def contexts_revoke_for_principal(
+    *, project_id: int, principal_id: int, actor: Actor, reason: str, now: datetime | None = None
+) -> list[int]:
+    """Revoke every live context of one principal on one project (a membership revoked), each with its
+    audit row, inside the caller's transaction (no batch limit: the membership's end must end them all)."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        rows = list(
+            QueryContext.objects.select_for_update(of=("self",))
+            .filter(project_id=project_id, principal_id=principal_id, revoked_at__isnull=True, expires_at__gt=now)
+            .order_by("pk")
+            .only("pk", "handle_hash", "project_id", "principal_id")
+        )
+        return _mark_revoked(rows, actor=actor, reason=reason, now=now)
 
 
 def _mark_revoked(rows: Sequence[QueryContext], *, actor: Actor, reason: str, now: datetime) -> list[int]:

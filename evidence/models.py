@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -26,10 +27,11 @@ EVIDENCE_URI_PREFIX = "tjwater://evidence/"
 
 
 class EvidenceSnapshot(models.Model):
-    """One saved query result of an investigation run (R-EVID-1): scope (project, task, run), the tool
-    and its source, the canonical parameters (never the ``context_handle``), the whole result, its RFC
-    8785 byte size and SHA-256. ``origin`` is always ``system`` (a CHECK constraint): evidence is what
-    the server's own query returned, never something a client submitted."""
+    """One saved query result of an investigation run (R-EVID-1): scope (project, task, run), who saved
+    it and the permissions its tool needed, the tool and its source, the canonical parameters (never the
+    ``context_handle``), the whole result, its RFC 8785 byte size and SHA-256.
+    ``origin`` is always ``system`` (a CHECK constraint): evidence is what the server's own query
+    returned, never something a client submitted."""
 
     class Origin(models.TextChoices):
         SYSTEM = "system"
@@ -40,6 +42,14 @@ class EvidenceSnapshot(models.Model):
     run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="evidence_snapshots")
     tool = models.CharField(max_length=100)
     source = models.CharField(max_length=100)
+    # Who saved it and which permission codes its source tool needed for that call (the tool's own and
+    # those its arguments added): every evidence read re-checks, live, that the reader still holds them
+    # (``contexts.access.evidence_reach``). Rows from before these columns existed carry every product
+    # permission (migration 0003): readable only by a principal that could query anything.
+    principal = models.ForeignKey(
+        Principal, null=True, blank=True, on_delete=models.PROTECT, related_name="evidence_snapshots"
+    )
+    required_permissions = ArrayField(models.CharField(max_length=32), default=list)
     params = models.JSONField(default=dict)
     data = models.JSONField()
     byte_size = models.BigIntegerField()

@@ -1,11 +1,14 @@
 """Reading saved evidence as whole documents and listings (R-EVID-4), for the MCP resources and any
-other edge. Synchronous (Django's connection); every lookup is scoped to the bound project and task,
-and for a ``task_reader`` to its parent run (R-CTX-4). An ``ordinary_chat`` scope reads none.
+other edge. Synchronous (Django's connection); what a scope may read is decided by
+``contexts.access.evidence_reach``: the bound project and task, for a ``task_reader`` its parent run
+(R-CTX-4), and only snapshots whose recorded permissions the reader holds now. An ``ordinary_chat``
+scope reads none.
 
-A whole document leaves the database only within the 8 MiB ceiling (decided in SQL from the stored
-RFC 8785 size); a bigger one is answered with an outline and the ``get_task_evidence`` arguments that
-page it. A document that does leave is re-canonicalized (RFC 8785) and checked against its stored
-SHA-256 before it is returned, so what a client reads is exactly what was hashed when it was saved.
+A whole document leaves the database only within the 8 MiB ceiling, decided in SQL on the size of the
+text PostgreSQL sends (``octet_length(data::text)``, which can exceed the stored RFC 8785 size); a bigger
+one is answered with an outline and the ``get_task_evidence`` arguments that page it. A document that
+does leave is re-canonicalized (RFC 8785) and checked against its stored SHA-256 before it is returned,
+so what a client reads is exactly what was hashed when it was saved.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import rfc8785
 from django.db import connection
 from django.db.models import Q
 
-from contexts.models import TASK_PURPOSES
+from contexts.access import evidence_reach
 from contexts.scope import QueryScope
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot
-from evidence.task_tools import PAGE_CEILING_BYTES, readable_run
+from evidence.task_tools import PAGE_CEILING_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +81,15 @@ def parse_evidence_uri(uri: str) -> uuid.UUID | None:
 
 
 def _scoped(scope: QueryScope) -> Any:
-    if scope.purpose not in TASK_PURPOSES or scope.task_id is None:
+    """The snapshots ``scope`` may read (``contexts.access.evidence_reach``): the bound task (a reader:
+    its parent run), and only those whose recorded permissions the reader holds now."""
+    reach = evidence_reach(scope)
+    if reach is None:
         return EvidenceSnapshot.objects.none()
-    qs = EvidenceSnapshot.objects.filter(project_id=scope.project_id, task_id=scope.task_id)
-    run = readable_run(scope)
-    return qs if run is None else qs.filter(run_id=run)
+    qs = EvidenceSnapshot.objects.filter(
+        project_id=reach.project_id, task_id=reach.task_id, required_permissions__contained_by=reach.permissions
+    )
+    return qs if reach.run_id is None else qs.filter(run_id=reach.run_id)
 
 
 def _info(row: dict[str, Any]) -> SnapshotInfo:
@@ -131,8 +138,8 @@ def list_snapshots(
 
 _READ_SQL = f"""
 SELECT s.id, s.tool, s.source, s.run_id, s.created_at, s.byte_size, s.sha256, s.params,
-       CASE WHEN s.byte_size <= %s THEN s.data::text END AS body,
-       CASE WHEN s.byte_size > %s THEN jsonb_build_object(
+       CASE WHEN octet_length(t.text) <= %s THEN t.text END AS body,
+       CASE WHEN octet_length(t.text) > %s THEN jsonb_build_object(
            'document', (SELECT jsonb_agg(o ORDER BY o ->> 'key' COLLATE "C") FROM (
                SELECT jsonb_build_object('key', e.key, 'kind', jsonb_typeof(e.value), 'length',
                    CASE jsonb_typeof(e.value) WHEN 'array' THEN jsonb_array_length(e.value)
@@ -149,21 +156,32 @@ SELECT s.id, s.tool, s.source, s.run_id, s.created_at, s.byte_size, s.sha256, s.
                                     ELSE '{{}}'::jsonb END) AS e
                ORDER BY e.key COLLATE "C" LIMIT {OUTLINE_KEYS}) AS d)
        ) END AS outline
-FROM {EvidenceSnapshot._meta.db_table} s
+FROM {EvidenceSnapshot._meta.db_table} s CROSS JOIN LATERAL (SELECT s.data::text AS text) AS t
 WHERE s.id = %s AND s.project_id = %s AND s.task_id = %s AND (%s::bigint IS NULL OR s.run_id = %s::bigint)
+  AND s.required_permissions <@ %s::varchar(32)[]
 """
 
 
 def read_snapshot(*, scope: QueryScope, evidence_id: uuid.UUID) -> SnapshotDocument | None:
     """The whole snapshot if the scope may read it (``None`` otherwise: missing and not-yours are the
     same answer). One statement; the document's text leaves the database only within the ceiling."""
-    if scope.purpose not in TASK_PURPOSES or scope.task_id is None:
+    reach = evidence_reach(scope)
+    if reach is None:
         return None
-    run = readable_run(scope)
+    run = reach.run_id
     with connection.cursor() as cursor:
         cursor.execute(
             _READ_SQL,
-            [PAGE_CEILING_BYTES, PAGE_CEILING_BYTES, evidence_id, scope.project_id, scope.task_id, run, run],
+            [
+                PAGE_CEILING_BYTES,
+                PAGE_CEILING_BYTES,
+                evidence_id,
+                reach.project_id,
+                reach.task_id,
+                run,
+                run,
+                reach.permissions,
+            ],
         )
         columns = [c.name for c in cursor.description]
         fetched = cursor.fetchone()

@@ -30,11 +30,12 @@ functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver m
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -109,6 +110,7 @@ def request_key_from(meta: Mapping[str, Any] | None) -> str:
 class _ToolFacts:
     evidence_allowed: bool
     source: str
+    permissions: tuple[str, ...]
 
 
 _TOOL_FACTS: dict[str, _ToolFacts] = {}
@@ -121,7 +123,9 @@ def _tool_facts(tool: str) -> _ToolFacts:
     if facts is None:
         from queries.registry import all_tools
 
-        _TOOL_FACTS.update({t.name: _ToolFacts(t.evidence_allowed, t.source) for t in all_tools()})
+        _TOOL_FACTS.update(
+            {t.name: _ToolFacts(t.evidence_allowed, t.source, tuple(t.permissions)) for t in all_tools()}
+        )
         facts = _TOOL_FACTS.get(tool)
         if facts is None:  # the edge found it in the catalog: a programming error
             raise ValueError(f"unknown tool {tool!r}")
@@ -143,6 +147,7 @@ class EvidenceCall:
     params: dict[str, Any]
     params_hash: str
     request_key: str
+    required_permissions: list[str]
     receipt_id: int | None = None
     attempt: int = 0
 
@@ -157,9 +162,17 @@ class Claim:
 
 
 def prepare(
-    *, scope: QueryScope, tool: str, arguments: Mapping[str, Any], meta: Mapping[str, Any] | None
+    *,
+    scope: QueryScope,
+    tool: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any] | None,
+    required_permissions: Collection[str] | None = None,
 ) -> EvidenceCall:
-    """Step 1 (no database): the request key and the canonical parameters of a task-purpose call."""
+    """Step 1 (no database): the request key and the canonical parameters of a task-purpose call, and
+    the permission codes the call needed (``required_permissions``: the tool's own plus what its
+    arguments added; default the tool's declared ones), recorded with the snapshot so that every later
+    read re-checks them (``contexts.access.evidence_reach``)."""
     if scope.task_id is None or scope.run_id is None or scope.context_id is None:
         raise RunNotCurrent()
     key = request_key_from(meta)
@@ -171,6 +184,9 @@ def prepare(
         params=params,
         params_hash=hashlib.sha256(canonical_json(params)).hexdigest(),
         request_key=key,
+        required_permissions=sorted(
+            set(_tool_facts(tool).permissions if required_permissions is None else required_permissions)
+        ),
     )
 
 
@@ -201,8 +217,9 @@ RETURNING attempt
 _SAVE_SQL = f"""
 WITH snapshot AS (
     INSERT INTO {EvidenceSnapshot._meta.db_table}
-        (id, project_id, task_id, run_id, tool, source, params, data, byte_size, sha256, origin, created_at)
-    VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s, %s, 'system', now())
+        (id, project_id, task_id, run_id, principal_id, required_permissions, tool, source, params, data,
+         byte_size, sha256, origin, created_at)
+    VALUES (%s, %s, %s, %s, %s, %s::varchar(32)[], %s, %s, %s::jsonb, %s::jsonb, %s, %s, 'system', now())
     RETURNING id
 )
 UPDATE {QueryReceipt._meta.db_table} AS r
@@ -308,6 +325,8 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
                         scope.project_id,
                         scope.task_id,
                         scope.run_id,
+                        scope.principal_id,
+                        call.required_permissions,
                         call.tool,
                         call.source,
                         params_json,
@@ -378,6 +397,7 @@ def run_with_evidence_sync(
     meta: Mapping[str, Any] | None,
     execute: Callable[[], dict[str, Any]],
     is_cancelled: Callable[[], bool] | None = None,
+    required_permissions: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The whole flow on this thread's database connection (see the module docstring). ``execute`` runs
     the query and returns the structured result; it is called at most once, and not at all when an
@@ -386,7 +406,7 @@ def run_with_evidence_sync(
     transaction of the caller."""
     if not saves_evidence(scope, tool):
         return execute()
-    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta)
+    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta, required_permissions=required_permissions)
     deadline = time.monotonic() + _wait_budget_s()
     delay = POLL_FIRST_S
     while True:
@@ -435,6 +455,7 @@ async def run_with_evidence(
     arguments: Mapping[str, Any],
     meta: Mapping[str, Any] | None,
     execute: Callable[[], Awaitable[dict[str, Any]]],
+    required_permissions: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """The whole flow for the MCP edge: the database steps in worker threads, waiting on the event
     loop. ``execute`` runs the query (however the caller runs queries: budget, cancellation) and returns
@@ -443,7 +464,7 @@ async def run_with_evidence(
     cancel arriving then loses only the response, and a retry with the same key gets this evidence."""
     if not saves_evidence(scope, tool):
         return await execute()
-    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta)
+    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta, required_permissions=required_permissions)
     deadline = time.monotonic() + _wait_budget_s()
     delay = POLL_FIRST_S
     try:
@@ -457,7 +478,11 @@ async def run_with_evidence(
                 raise RequestInProgress()
             await anyio.sleep(delay)
             delay = min(delay * 2, POLL_MAX_S)
-        structured = await execute()
+        beat = asyncio.create_task(_heartbeat(call))
+        try:
+            structured = await execute()
+        finally:
+            beat.cancel()
         await anyio.lowlevel.checkpoint_if_cancelled()
     except BaseException:
         if call.receipt_id is not None:
@@ -466,6 +491,33 @@ async def run_with_evidence(
         raise
     with anyio.CancelScope(shield=True):
         return await _in_thread(complete, call, structured)
+
+
+def heartbeat_interval_s() -> float:
+    """How often a running call touches its pending receipt: three beats per stale window, so a live
+    call's receipt is never old enough to be taken over however long its plan (several statements,
+    slot waits) runs."""
+    return max(0.2, (settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S) / 3)
+
+
+def _beat(call: EvidenceCall) -> None:
+    QueryReceipt.objects.filter(pk=call.receipt_id, attempt=call.attempt, state=QueryReceipt.State.PENDING).update(
+        updated_at=timezone.now()
+    )
+
+
+async def _heartbeat(call: EvidenceCall) -> None:
+    """Keep this call's receipt fresh while its query runs (issue 17 item 7: the stale cutoff is sized
+    for one crashed call, and a live call must never look like one). A failed beat is logged and the
+    next one tried: the receipt's fate is decided by ``complete``."""
+    while True:
+        await anyio.sleep(heartbeat_interval_s())
+        try:
+            await _in_thread(_beat, call)
+        except DatabaseError as exc:
+            logger.warning(
+                "evidence receipt heartbeat failed receipt=%s error_class=%s", call.receipt_id, type(exc).__name__
+            )
 
 
 # --- background (R-BG) -------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, get_args
 
 from django.db.models import Subquery
 
+from contexts.access import evidence_reach
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.models import ContextPurpose, QueryContext, Task, TaskReport, TaskRun
 from contexts.scope import QueryScope
@@ -101,6 +102,7 @@ SELECT jsonb_build_object(
        s.data #> %s::text[] AS node
 FROM {EvidenceSnapshot._meta.db_table} s
 WHERE s.id = %s AND s.project_id = %s AND s.task_id = %s AND (%s::bigint IS NULL OR s.run_id = %s::bigint)
+  AND s.required_permissions <@ %s::varchar(32)[]
 """
 
 _REPORT_SOURCE = f"""
@@ -127,12 +129,6 @@ def _bound_task(scope: QueryScope) -> tuple[int, int]:
     if scope.task_id is None or scope.run_id is None:
         raise NotFound("This context is not bound to a task.")
     return scope.task_id, scope.run_id
-
-
-def readable_run(scope: QueryScope) -> int | None:
-    """The run whose evidence the context may read: a reader only its parent run (R-CTX-4, ``None``
-    here means "any run of the bound task", for ``task_execution``)."""
-    return scope.run_id if scope.purpose == ContextPurpose.TASK_READER else None
 
 
 def _check_path(data_path: Sequence[str]) -> list[str]:
@@ -205,15 +201,19 @@ def get_task_evidence(
 ) -> Plan[TaskEvidenceResult]:
     """One page of a saved evidence snapshot of the bound task (one statement): the value at
     ``data_path`` paged per R-PAGE-4, within the 8 MiB ceiling, with the whole document's size and
-    RFC 8785 SHA-256. Evidence of another task, run (for a reader) or project is "not found"."""
-    task_id, _ = _bound_task(scope)
+    RFC 8785 SHA-256. Evidence of another task, run (for a reader) or project, or saved by a tool whose
+    permissions the reader no longer holds (``contexts.access.evidence_reach``), is "not found"."""
+    _bound_task(scope)
+    reach = evidence_reach(scope)
+    assert reach is not None  # a bound task context (checked above) always reaches its task's evidence
+    task_id = reach.task_id
     path = _check_path(data_path)
     snapshot_id = _evidence_uuid(evidence_id)
     _, _, _, paging = _page_params(offset, limit)
-    run = readable_run(scope)
+    run = reach.run_id
     rows = yield Raw(
         EVIDENCE_PAGE_SQL,
-        [path, snapshot_id, scope.project_id, task_id, run, run, PAGE_CEILING_BYTES, *paging],
+        [path, snapshot_id, reach.project_id, task_id, run, run, reach.permissions, PAGE_CEILING_BYTES, *paging],
         PAGE_COLUMNS,
     )
     if not rows:

@@ -25,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
+from contexts import access
 from contexts.authentication import bearer_challenge
 from contexts.tokens import (
     AuthUnavailable,
@@ -37,28 +38,11 @@ from contexts.tokens import (
     verify_token,
 )
 
-SCOPE_CATALOG = "mcp.catalog.read"
-SCOPE_QUERY = "mcp.query"
-SCOPE_CONTEXT_BIND = "mcp.context.bind"
+SCOPE_CATALOG = access.SCOPE_CATALOG
+SCOPE_QUERY = access.SCOPE_QUERY
+SCOPE_CONTEXT_BIND = access.SCOPE_CONTEXT_BIND
 SCOPES_SUPPORTED = [SCOPE_CATALOG, SCOPE_QUERY, SCOPE_CONTEXT_BIND]
-
-# R-AUTH-3: the scopes that open each class of interface (any one of them suffices; the first is the
-# one a 403 challenge names). Methods not named here (unknown methods, notifications) need only a
-# valid token; the SDK answers them (-32601, 202).
-#
-# `mcp.query` also opens server/discover and tools/list: the official SDK client (and most hosts) lists
-# the tools before every call to validate results against their outputSchema, and the catalog is the
-# same generic, publicly cacheable document for everyone (R-PROTO-5), so hiding it from a caller who may
-# call tools protects nothing. A token-exchanged user token (`mcp.query mcp.context.bind`, issue 6) can
-# then bind a context and call a tool. `mcp.catalog.read` alone still opens only those two methods.
-METHOD_SCOPES: dict[str, tuple[str, ...]] = {
-    "server/discover": (SCOPE_CATALOG, SCOPE_QUERY),
-    "tools/list": (SCOPE_CATALOG, SCOPE_QUERY),
-    "tools/call": (SCOPE_QUERY,),
-    "resources/list": (SCOPE_QUERY,),
-    "resources/read": (SCOPE_QUERY,),
-    "resources/templates/list": (SCOPE_QUERY,),
-}
+# Which scope opens which method is decided by ``contexts.access.METHOD_SCOPES`` (the one access module).
 # What a client should ask for to use this endpoint at all (advertised in the no-credentials challenge).
 DEFAULT_CHALLENGE_SCOPE = f"{SCOPE_CATALOG} {SCOPE_QUERY}"
 
@@ -147,10 +131,9 @@ def authenticate(authorization: str | None) -> VerifiedToken:
 
 def authorize_method(token: VerifiedToken, method: str | None) -> None:
     """Raise a 403 ``insufficient_scope`` unless one of the token's scopes opens ``method`` (R-AUTH-3)."""
-    opening = METHOD_SCOPES.get(method or "")
-    if opening is None or not token.scopes.isdisjoint(opening):
+    needed = access.missing_method_scope(token.scopes, method)
+    if needed is None:
         return
-    needed = opening[0]
     raise AuthFailure(
         403,
         {"error": "insufficient_scope", "message": f"This method needs the scope {needed}."},

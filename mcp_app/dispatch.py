@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 from referencing.exceptions import Unresolvable
 
+from contexts import access
 from contexts.errors import (
     ApplicationError,
     ContextInvalid,
@@ -60,7 +61,6 @@ from mcp_app.executor import ConnectionLease, Execution, QueryDatabase, run_plan
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
-from queries.access import may_use
 from queries.arguments import bad_text_path
 
 logger = logging.getLogger("tjwater.mcp")
@@ -100,8 +100,9 @@ def validate_arguments(entry: CatalogEntry, arguments: Mapping[str, Any] | None)
 
 def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
     """R-TOOL-1: catalog ∩ the principal's permissions (now) ∩ the context's tools, decided by
-    ``queries.access`` (shared with every other edge). A binding with no tools allows none."""
-    return may_use(entry.spec, scope)
+    ``contexts.access`` (shared with every other edge). A binding with no tools allows none."""
+    spec = entry.spec
+    return access.may_call(scope, tool=spec.name, permissions=spec.permissions)
 
 
 def _json_size(payload: Any) -> int:
@@ -219,7 +220,7 @@ class Dispatcher:
         early = self.tenants.early_acquire(self.limiter, handle) if self.db.tool_slot_free() else None
         try:
             try:
-                scope = await resolve_scope_async(token=token, handle=handle, tool_name=name, fetch=lease.fetch)
+                scope = await resolve_scope_async(token=token, handle=handle, fetch=lease.fetch)
             except BaseException:
                 if early is not None:
                     await self._discard_slot(early)
@@ -233,6 +234,9 @@ class Dispatcher:
                 if early is not None:
                     await self._discard_slot(early)
                 raise _NotCallable
+            needs = entry.spec.permissions_for(args)
+            if needs is not entry.spec.permissions:
+                access.require_permissions(scope, needs)  # what the arguments add: a business refusal
             if saves_evidence(scope, name):
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
@@ -243,7 +247,12 @@ class Dispatcher:
                     return ran.model_dump(mode="json")
 
                 saved = await run_with_evidence(
-                    scope=scope, tool=name, arguments=args, meta=meta or {}, execute=execute
+                    scope=scope,
+                    tool=name,
+                    arguments=args,
+                    meta=meta or {},
+                    execute=execute,
+                    required_permissions=needs,
                 )
                 reply = evidence_call_result(entry.spec, saved)
                 rows = _row_count(reply.structured_content or {})
@@ -375,7 +384,7 @@ class Dispatcher:
         if isinstance(handle, str) and bad_text_path(handle) is not None:
             raise ContextInvalid()  # invalid text can be no handle of ours
         return await resolve_scope_async(
-            token=token, handle=handle, tool_name=None, fetch=self.db.fetch, missing=RESOURCE_HANDLE_MISSING
+            token=token, handle=handle, fetch=self.db.fetch, missing=RESOURCE_HANDLE_MISSING
         )
 
     async def list_resources(

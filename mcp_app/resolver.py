@@ -47,18 +47,17 @@ def resolve_scope(*, token: VerifiedToken, arguments: Mapping[str, object], tool
     that is unknown or bound to someone else, ``ToolNotInContext`` for a tool outside the binding, and
     the other refusals of ``resolve_context``. Synchronous (ORM); the dispatch path runs it in the
     worker thread of the call."""
-    # The tool's permissions are checked by the dispatch path against this scope (``caller_may_use``),
-    # so that a tool the caller may not use is answered as unknown (R-PROTO-3).
-    return resolve_context(
-        handle=_handle(arguments.get("context_handle")), token=token, tool_name=tool_name, required_permissions=()
-    )
+    # Only the binding's tools are checked here; the tool's permissions are checked by the dispatch path
+    # against this scope (``contexts.access.may_call``), so that a tool the caller may not use is
+    # answered as unknown (R-PROTO-3).
+    return resolve_context(handle=_handle(arguments.get("context_handle")), token=token, tool_name=tool_name)
 
 
 def resolve_resource_scope(*, token: VerifiedToken, meta: Mapping[str, object] | None) -> QueryScope:
     """The ``QueryScope`` of a ``resources/read``: the handle comes from
     ``_meta["cn.tjwater/contextHandle"]`` and is resolved without a tool (R-EVID-4, R-CTX-6)."""
     handle = _handle((meta or {}).get(RESOURCE_HANDLE_META_KEY), RESOURCE_HANDLE_MISSING)
-    return resolve_context(handle=handle, token=token, tool_name=None, required_permissions=())
+    return resolve_context(handle=handle, token=token)
 
 
 _TEMPLATE: Template | None = None
@@ -77,15 +76,14 @@ Fetch = Callable[[Any], Awaitable[Any]]
 
 
 async def resolve_scope_async(
-    *, token: VerifiedToken, handle: object, tool_name: str | None, fetch: Fetch, missing: str | None = None
+    *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
 ) -> QueryScope:
     """``resolve_scope`` on the event loop: the same statement (``context_row_query``, compiled once as a
     ``Template``) run through the MCP driver, then the same checks (``check_context``) — the row is
-    re-read from PostgreSQL on every call, never cached (R-CTX-3)."""
+    re-read from PostgreSQL on every call, never cached (R-CTX-3). Which tools the scope may call is
+    decided by the caller with ``contexts.access`` (one check per call)."""
     value = _handle(handle, missing)
     if not context_handle_acceptable(value):
         raise ContextInvalid()
     rows = await fetch(_row_template().bind(hash_handle(value)))
-    return check_context(
-        rows[0] if rows else None, token=token, tool_name=tool_name, required_permissions=(), now=timezone.now()
-    )
+    return check_context(rows[0] if rows else None, token=token, now=timezone.now())

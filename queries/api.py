@@ -3,7 +3,7 @@
 Same data, same permissions as ``/mcp``: each route is one registry tool (``ROUTES``, paths modelled on
 seed 001's legacy table), its arguments are checked against that tool's own input schema (the wire
 contract, minus ``context_handle``), the caller's scope comes from the live membership
-(``contexts.rest.member_scope``), ``queries.access`` decides whether the tool may be used — the gate the
+(``contexts.rest.member_scope``), ``contexts.access`` decides whether the tool may be used — the gate the
 MCP dispatch path uses — and the service plan runs with ``run_sync`` inside a read-only transaction
 under the query budget. The body is the service's envelope exactly as MCP's ``structuredContent``
 (without MCP's 12000-byte inline cut, which exists for a model's context window). REST never calls MCP.
@@ -37,10 +37,11 @@ from referencing import Registry
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from contexts import access
 from contexts.api import ContextApiView
+from contexts.authentication import HasApiReadScope
 from contexts.errors import ApplicationError, InvalidParameter
 from contexts.rest import ApiBearerAuthentication, member_scope
-from queries.access import require_tool
 from queries.arguments import bad_text_path
 from queries.plan import run_sync
 from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
@@ -286,6 +287,7 @@ class ToolView(ContextApiView):
     """One registry tool over REST (GET). Thin: authenticate → scope → gate → arguments → service."""
 
     authentication_classes = [ApiBearerAuthentication]
+    permission_classes = [HasApiReadScope]
     schema = ToolSchema()
     tool: str = ""
     path_names: tuple[str, ...] = ()
@@ -296,8 +298,9 @@ class ToolView(ContextApiView):
         if spec is None:  # not exposed in this deployment
             raise NotFoundTool()
         scope = member_scope(token=request.auth, project_slug=project)
-        require_tool(spec, scope, bound_tools=False)
+        access.require_call(scope, tool=spec.name, permissions=spec.permissions, bound=False)
         args = parse_arguments(spec, dict(request.query_params.lists()), path_args)
+        access.require_permissions(scope, spec.permissions_for(args))
         body = run_read_only(spec, scope, args)
         logger.info("api call principal=%s project=%s tool=%s", scope.principal_id, scope.project_slug, spec.name)
         response = Response(body)

@@ -65,6 +65,16 @@ class ToolSpec:
     limits: ToolLimits = field(default_factory=ToolLimits)
     evidence_allowed: bool = True
     task_scope: str = "any"  # "any" or "bound_task" (task tools only read the bound task)
+    #: Permissions a call's arguments add to ``permissions`` (e.g. a mode that also reads model data);
+    #: ``None``: the arguments add none. Checked by ``contexts.access.require_permissions`` on every edge
+    #: and recorded with the call's evidence.
+    argument_permissions: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
+
+    def permissions_for(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
+        """Every permission code this call needs: the tool's own plus what its arguments add."""
+        if self.argument_permissions is None:
+            return self.permissions
+        return tuple(sorted({*self.permissions, *self.argument_permissions(arguments)}))
 
     @property
     def output_schema(self) -> dict[str, Any]:

@@ -191,6 +191,13 @@ TJWATER_MCP_MAX_CONCURRENT = env.int("TJWATER_MCP_MAX_CONCURRENT", default=4)
 # queries at once (the rest resolve new calls) and refuses more at once with RATE_LIMITED.
 TJWATER_MCP_DB_POOL_SIZE = env.int("TJWATER_MCP_DB_POOL_SIZE", default=10)
 TJWATER_CONTEXT_TTL_S = env.int("TJWATER_CONTEXT_TTL_S", default=600)
+# Live (unexpired, unrevoked) contexts one principal may hold in one project; a bind beyond it is refused
+# with CONTEXT_LIMIT_REACHED (the oldest is never silently revoked).
+TJWATER_CONTEXT_MAX_LIVE = env.int("TJWATER_CONTEXT_MAX_LIVE", default=50)
+# Binding API rate per principal (all workers together, a token bucket in Redis): average binds per second
+# and burst; beyond it RATE_LIMITED with Retry-After. 0 switches the limit off.
+TJWATER_BIND_RATE_PER_S = env.float("TJWATER_BIND_RATE_PER_S", default=20.0)
+TJWATER_BIND_BURST = env.int("TJWATER_BIND_BURST", default=60)
 # Revoked or expired context bindings are deleted this long after they stopped working (contexts.purge).
 TJWATER_CONTEXT_RETENTION_S = env.int("TJWATER_CONTEXT_RETENTION_S", default=7 * 24 * 3600)
 # Where the context API reads the tool catalog (tool name -> required permission codes) and the

@@ -123,9 +123,19 @@ def ensure_demo_loaded() -> bool:
     Meant for a test session's ``django_db_setup`` (so e2e servers see the demo) and ``make run``.
     """
     if demo_has_network():
+        _own_demo_runs()
         return False
     seed_demo()
     return True
+
+
+def _own_demo_runs() -> None:
+    """A demo seeded before runs had owners: give its runs the owners the seed now gives them (the demo's
+    own rows only; a run of any other project without an owner stays unbindable)."""
+    for slug, subject in ((DEMO_SLUG, "svc-worker"), (DEMO_B_SLUG, "bob")):
+        owner = Principal.objects.filter(subject=subject, memberships__project__slug=slug).first()
+        if owner is not None:
+            TaskRun.objects.filter(task__project__slug=slug, owner__isnull=True).update(owner=owner)
 
 
 def _prepare(slug: str, name: str, inp: str, center: tuple[float, float], scale: float) -> tuple[Project, _Network]:
@@ -533,6 +543,10 @@ def _peripheral(net: _Network, rng: np.random.Generator, summary: SeedSummary) -
 
 
 def _tasks(demo: Project, demo_b: Project, summary: SeedSummary) -> None:
+    # An investigation belongs to the principal that runs it (contexts.access.owns_run): the worker's
+    # service identity on the demo; bob, the only member of demo-b, runs its review.
+    worker = Principal.objects.get(subject="svc-worker", memberships__project=demo)
+    bob = Principal.objects.get(subject="bob", memberships__project=demo_b)
     task = Task.objects.create(
         project=demo, title="Investigate low pressure in Hexi after the LINK-1523 break", status=Task.Status.IN_PROGRESS
     )
@@ -540,6 +554,7 @@ def _tasks(demo: Project, demo_b: Project, summary: SeedSummary) -> None:
         task=task,
         sequence=1,
         status=TaskRun.Status.SUPERSEDED,
+        owner=worker,
         lease_holder="session-demo-0",
         lease_expires_at=START + timedelta(hours=9),
         superseded_at=START + timedelta(hours=9),
@@ -548,6 +563,7 @@ def _tasks(demo: Project, demo_b: Project, summary: SeedSummary) -> None:
         task=task,
         sequence=2,
         status=TaskRun.Status.RUNNING,
+        owner=worker,
         lease_holder=DEMO_SESSION_ID,
         lease_expires_at=DEMO_LEASE_EXPIRES,
     )
@@ -579,6 +595,7 @@ def _tasks(demo: Project, demo_b: Project, summary: SeedSummary) -> None:
         task=other,
         sequence=1,
         status=TaskRun.Status.RUNNING,
+        owner=bob,
         lease_holder="session-demo-b-1",
         lease_expires_at=DEMO_LEASE_EXPIRES,
     )

@@ -51,7 +51,6 @@ from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, El
 from queries.services.analysis import require_series, series_span
 
 SOURCE = "element_history"
-SIMULATION_VIEW = "simulation.view"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
 MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
 MAX_DEVICES = 100  # devices on the requested elements (a handful each at most, in practice)
@@ -132,9 +131,6 @@ def _validate(
 ) -> None:
     if mode not in MODES:
         raise InvalidParameter(f"mode must be one of {', '.join(MODES)}.")
-    if mode != "observed":
-        # R-TOOL: the comparison modes also read simulation data, so they need its permission too.
-        scope.require(SIMULATION_VIEW)
     if mode == "analysis_comparison" and not run_id:
         raise InvalidParameter("mode analysis_comparison needs run_id (list_analysis_runs lists them).")
     if mode != "analysis_comparison" and run_id:

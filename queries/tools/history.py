@@ -1,7 +1,8 @@
 """Declaration of query_element_history (R-PAGE-3).
 
 Tool permission ``scada.view`` (every mode reads SCADA); the comparison modes also read simulation data
-and need ``simulation.view`` too, checked by the service (``scope.require``) so every edge refuses alike.
+and need ``simulation.view`` too, declared here (``argument_permissions``) and checked by
+``contexts.access`` so every edge refuses alike.
 
 ``elements`` is a list of 1–20 ``{"element_type", "element_id"}`` objects (the network's own ids, e.g.
 ``{"element_type": "junction", "element_id": "JUNCTION-1308"}``), no repeats. ``limit``/``offset`` page the
@@ -15,6 +16,7 @@ from queries.registry import (
     ELEMENT_TYPE,
     MAX_OFFSET,
     SCADA_VIEW,
+    SIMULATION_VIEW,
     ToolLimits,
     ToolSpec,
     input_object,
@@ -86,6 +88,8 @@ TOOLS: list[ToolSpec] = [
         ),
         output_model=ElementHistoryResult,
         permissions=(SCADA_VIEW,),
+        # The comparison modes also read simulation data (R-TOOL).
+        argument_permissions=lambda a: () if a.get("mode") == "observed" else (SIMULATION_VIEW,),
         source=history.SOURCE,
         semantics="measured",
         limits=ToolLimits(max_page=history.MAX_POINTS, max_targets=history.MAX_ELEMENTS, max_window_s=WINDOW_S),

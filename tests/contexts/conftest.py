@@ -63,6 +63,6 @@ def world(db: None) -> World:
         alice_alpha=factories.membership(alice, alpha),
         alice_beta=factories.membership(alice, beta, ["webgis.view"]),
         bob_beta=factories.membership(bob, beta),
-        run_alpha=factories.leased_run(alpha, session_id="ctx-alice-exec-session"),
-        run_beta=factories.leased_run(beta, session_id="ctx-bob-exec-session"),
+        run_alpha=factories.leased_run(alpha, owner=alice, session_id="ctx-alice-exec-session"),
+        run_beta=factories.leased_run(beta, owner=bob, session_id="ctx-bob-exec-session"),
     )

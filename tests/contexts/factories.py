@@ -50,15 +50,18 @@ class LeasedRun:
     session_id: str
 
 
-def leased_run(where: Project, *, session_id: str | None = None, lease_s: int = 600) -> LeasedRun:
-    """A task whose current run is leased to ``session_id`` for ``lease_s`` seconds, with one execution
-    request."""
+def leased_run(
+    where: Project, *, owner: Principal | None = None, session_id: str | None = None, lease_s: int = 600
+) -> LeasedRun:
+    """A task whose current run, owned by ``owner`` (the principal that may bind it), is leased to
+    ``session_id`` for ``lease_s`` seconds, with one execution request."""
     n = uuid.uuid4().hex[:10]
     session_id = session_id or f"session-exec-{n}"
     task = Task.objects.create(project=where, title=f"Investigation {n}")
     run = TaskRun.objects.create(
         task=task,
         sequence=1,
+        owner=owner,
         lease_holder=session_id,
         lease_expires_at=timezone.now() + timedelta(seconds=lease_s),
     )
@@ -73,6 +76,7 @@ def supersede(run: TaskRun, *, session_id: str = "session-new", now: datetime | 
     return TaskRun.objects.create(
         task_id=run.task_id,
         sequence=run.sequence + 1,
+        owner_id=run.owner_id,
         lease_holder=session_id,
         lease_expires_at=now + timedelta(minutes=10),
     )

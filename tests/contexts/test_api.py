@@ -50,7 +50,7 @@ def e2e(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> Iter
             alice=alice,
             bob=bob,
             carol=carol,
-            run_alpha=factories.leased_run(alpha, session_id="e2e-ctx-exec-session", lease_s=3600),
+            run_alpha=factories.leased_run(alpha, owner=alice, session_id="e2e-ctx-exec-session", lease_s=3600),
         )
     yield world
     with django_db_blocker.unblock():  # type: ignore[attr-defined]

@@ -21,7 +21,7 @@ def test_revoke_stale_and_purge_from_the_command_line() -> None:
     where = factories.project()
     who = factories.principal()
     factories.membership(who, where)
-    leased = factories.leased_run(where)
+    leased = factories.leased_run(where, owner=who)
     token = factories.token(who)
     stale = services.context_create(
         token=token, project_slug=where.slug, session_id=leased.session_id, purpose="task_execution", catalog=CATALOG,

@@ -149,8 +149,8 @@ def refusal(result: Any) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-def leased(project: Project, session_id: str) -> factories.LeasedRun:
-    return factories.committed(factories.leased_run, project, session_id=session_id, lease_s=3600)
+def leased(project: Project, session_id: str, owner: Principal) -> factories.LeasedRun:
+    return factories.committed(factories.leased_run, project, owner=owner, session_id=session_id, lease_s=3600)
 
 
 def exec_body(run: factories.LeasedRun) -> dict[str, Any]:
@@ -302,7 +302,7 @@ def test_membership_removal_stops_the_next_call(servers: tuple[ServerProcess, ..
 
 def test_task_execution_stops_when_the_run_is_superseded(servers: tuple[ServerProcess, ...], iso: IsoWorld) -> None:
     server = servers[0]
-    run = leased(iso.alpha, "iso-exec-superseded")
+    run = leased(iso.alpha, "iso-exec-superseded", iso.alice)
     handle = handle_for(server, iso.alice, iso.alpha, **exec_body(run))
     assert elevation(call(server, iso.alice, handle)) == 11.0
     factories.committed(factories.supersede, run.run, session_id=run.session_id)  # even to the same session
@@ -311,8 +311,8 @@ def test_task_execution_stops_when_the_run_is_superseded(servers: tuple[ServerPr
 
 def test_task_execution_stops_when_the_lease_moves_or_lapses(servers: tuple[ServerProcess, ...], iso: IsoWorld) -> None:
     server = servers[0]
-    moved = leased(iso.alpha, "iso-exec-moved")
-    lapsed = leased(iso.alpha, "iso-exec-lapsed")
+    moved = leased(iso.alpha, "iso-exec-moved", iso.alice)
+    lapsed = leased(iso.alpha, "iso-exec-lapsed", iso.alice)
     moved_handle = handle_for(server, iso.alice, iso.alpha, **exec_body(moved))
     lapsed_handle = handle_for(server, iso.alice, iso.alpha, **exec_body(lapsed))
     factories.committed(lambda: TaskRun.objects.filter(pk=moved.run.pk).update(lease_holder="another-session"))
@@ -325,7 +325,7 @@ def test_task_execution_stops_when_the_lease_moves_or_lapses(servers: tuple[Serv
 
 def test_task_reader_follows_the_parent_sessions_lease(servers: tuple[ServerProcess, ...], iso: IsoWorld) -> None:
     server = servers[0]
-    parent = leased(iso.beta, "iso-parent")
+    parent = leased(iso.beta, "iso-parent", iso.bob)
     body = {"purpose": "task_reader", "session_id": "iso-reader", "task_id": parent.task.pk}
     handle = handle_for(server, iso.bob, iso.beta, **body, parent_session_id=parent.session_id)
     assert elevation(call(server, iso.bob, handle)) == 22.0
@@ -337,11 +337,11 @@ def test_a_task_handle_cannot_be_moved_to_another_project_task_or_run(
     servers: tuple[ServerProcess, ...], iso: IsoWorld
 ) -> None:
     server = servers[0]
-    alpha_run = leased(iso.alpha, "iso-exec-alpha")
-    beta_run = leased(iso.beta, "iso-exec-beta")
+    alpha_run = leased(iso.alpha, "iso-exec-alpha", iso.alice)
+    beta_run = leased(iso.beta, "iso-exec-beta", iso.bob)
     # Binding beta's task under alpha, or alpha's run under alpha's other task, is "not found".
     assert bind(server, iso.alice, iso.alpha, **exec_body(beta_run)).json()["code"] == "NOT_FOUND"
-    other = leased(iso.alpha, "iso-exec-other")
+    other = leased(iso.alpha, "iso-exec-other", iso.alice)
     mixed = {**exec_body(alpha_run), "run_id": other.run.pk}
     assert bind(server, iso.alice, iso.alpha, **mixed).json()["code"] == "NOT_FOUND"
     # And a bound task handle always answers from its own project, whatever else exists.
@@ -355,7 +355,7 @@ def test_a_task_call_without_a_request_key_is_refused_naming_the_key(
     """R-EVID-2: task-purpose calls need the host's application request key; without it the call is a
     -32602 naming ``_meta["cn.tjwater/requestKey"]`` and nothing runs."""
     server = servers[0]
-    run = leased(iso.alpha, "iso-exec-no-key")
+    run = leased(iso.alpha, "iso-exec-no-key", iso.alice)
     handle = handle_for(server, iso.alice, iso.alpha, **exec_body(run))
     reply = httpx2.post(
         f"{server.url}/mcp",

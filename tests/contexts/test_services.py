@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from contexts import services
+from contexts import access, services
 from contexts.errors import (
     ApplicationError,
     ContextExpired,
@@ -235,10 +235,10 @@ def test_task_reader_refused_when_parent_does_not_hold_the_lease(world: World) -
 
 def test_reader_never_gets_publishing_approval_device_shell_or_delegation() -> None:
     every_permission = {p for required in CATALOG.values() for p in required}
-    reader = services.allowed_tools_for(
+    reader = access.tools_for_binding(
         catalog=CATALOG, permissions=every_permission, purpose="task_reader", task_scoped=TASK_SCOPED
     )
-    executor = services.allowed_tools_for(
+    executor = access.tools_for_binding(
         catalog=CATALOG, permissions=every_permission, purpose="task_execution", task_scoped=TASK_SCOPED
     )
     assert FORBIDDEN_FOR_READERS.isdisjoint(reader)
@@ -247,22 +247,22 @@ def test_reader_never_gets_publishing_approval_device_shell_or_delegation() -> N
 
 
 def test_ordinary_chat_never_gets_task_scoped_tools_and_unknown_purpose_is_refused() -> None:
-    chat = services.allowed_tools_for(
+    chat = access.tools_for_binding(
         catalog=CATALOG, permissions={"webgis.view"}, purpose="ordinary_chat", task_scoped=TASK_SCOPED
     )
     assert chat == ["delegate_subtask", "get_element_properties", "run_shell"]
     with pytest.raises(InvalidParameter):
-        services.allowed_tools_for(catalog=CATALOG, permissions=set(), purpose="admin", task_scoped=TASK_SCOPED)
+        access.tools_for_binding(catalog=CATALOG, permissions=set(), purpose="admin", task_scoped=TASK_SCOPED)
 
 
 def test_real_registry_catalog_gives_readers_only_reader_safe_tools(settings: object) -> None:
     catalog, task_scoped = services.tool_catalog()
     every_permission = {p for required in catalog.values() for p in required}
-    reader = services.allowed_tools_for(
+    reader = access.tools_for_binding(
         catalog=catalog, permissions=every_permission, purpose="task_reader", task_scoped=task_scoped
     )
     assert reader
-    assert all(catalog[name] <= services.READER_QUERY_PERMISSIONS for name in reader)
+    assert all(catalog[name] <= access.READER_QUERY_PERMISSIONS for name in reader)
 
 
 # --- resolve: the isolation matrix (R-CTX-3) ----------------------------------------------------------
@@ -474,7 +474,7 @@ def test_revoke_stale_revokes_superseded_lapsed_moved_and_removed_and_nothing_el
     alice, bob = factories.token(world.alice), factories.token(world.bob)
     superseded = create(alice, ALPHA, "task_execution", **exec_kwargs(world.run_alpha))
     moved = create(bob, BETA, "task_execution", **exec_kwargs(world.run_beta))
-    third = factories.leased_run(world.alpha, session_id="third-session")
+    third = factories.leased_run(world.alpha, owner=world.alice, session_id="third-session")
     lapsed = create(
         alice, ALPHA, "task_reader", session_id="r", task_id=third.task.pk, parent_session_id=third.session_id
     )

@@ -32,7 +32,7 @@ from django.db import connection, transaction  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from contexts.models import ExecutionRequest, Project, Task, TaskRun  # noqa: E402
+from contexts.models import ExecutionRequest, Principal, Project, Task, TaskRun  # noqa: E402
 from contexts.services import context_create, resolve_context, tool_catalog  # noqa: E402
 from contexts.tokens import VerifiedToken  # noqa: E402
 from evidence.services import REQUEST_KEY_META, run_with_evidence, run_with_evidence_sync  # noqa: E402
@@ -49,7 +49,11 @@ def main(calls: int) -> None:
     task = Task.objects.create(project=project, title="bench evidence")
     try:
         run = TaskRun.objects.create(
-            task=task, sequence=1, lease_holder="bench-s", lease_expires_at=timezone.now() + timedelta(hours=1)
+            task=task,
+            sequence=1,
+            owner=Principal.objects.get(subject="svc-worker", memberships__project=task.project),
+            lease_holder="bench-s",
+            lease_expires_at=timezone.now() + timedelta(hours=1),
         )
         ExecutionRequest.objects.create(run=run, request_id=f"bench-{uuid.uuid4().hex[:8]}")
         token = VerifiedToken(

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from contexts.models import ContextEvent, ExecutionRequest, Project, QueryContext, Task, TaskRun
+from contexts.models import ContextEvent, ExecutionRequest, Principal, Project, QueryContext, Task, TaskRun
 from contexts.scope import QueryScope
 from contexts.services import context_create, resolve_context, tool_catalog
 from contexts.tokens import VerifiedToken
@@ -68,8 +68,13 @@ def _new_investigation(project: Project, created: list[int]) -> Investigation:
     task = Task.objects.create(project=project, title=f"evid test {n}", status=Task.Status.IN_PROGRESS)
     created.append(task.pk)
     session = f"evid-session-{n}"
+    worker = Principal.objects.get(subject="svc-worker", memberships__project=project)
     run = TaskRun.objects.create(
-        task=task, sequence=1, lease_holder=session, lease_expires_at=timezone.now() + timedelta(hours=2)
+        task=task,
+        sequence=1,
+        owner=worker,
+        lease_holder=session,
+        lease_expires_at=timezone.now() + timedelta(hours=2),
     )
     request = ExecutionRequest.objects.create(run=run, request_id=f"evid-exec-{n}")
     return Investigation(task=task, run=run, session_id=session, execution_request_id=request.request_id)

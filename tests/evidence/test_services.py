@@ -305,6 +305,7 @@ def _supersede(run: TaskRun) -> None:
     TaskRun.objects.create(
         task_id=run.task_id,
         sequence=run.sequence + 1,
+        owner_id=run.owner_id,
         lease_holder="evid-new-session",
         lease_expires_at=timezone.now() + timedelta(hours=1),
     )

@@ -216,7 +216,11 @@ def test_after_supersession_the_new_runs_reader_sees_only_the_new_run(world: Evi
     old_evidence = save(old_exec, document(n_items=2))
     TaskRun.objects.filter(pk=inv.run.pk).update(superseded_at=timezone.now(), status="superseded")
     new_run = TaskRun.objects.create(
-        task=inv.task, sequence=2, lease_holder="evid-next", lease_expires_at=timezone.now() + timedelta(hours=1)
+        task=inv.task,
+        sequence=2,
+        owner_id=inv.run.owner_id,
+        lease_holder="evid-next",
+        lease_expires_at=timezone.now() + timedelta(hours=1),
     )
     from contexts.models import ExecutionRequest
 

@@ -14,6 +14,7 @@ from django.contrib.gis.db.models.functions import Distance
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from contexts import access
 from contexts.errors import AnalysisRunWithoutSeries, PermissionDenied
 from contexts.models import Project
 from contexts.scope import QueryScope
@@ -29,6 +30,7 @@ from queries.models import (
     ScadaDevice,
     ScadaReading,
 )
+from queries.registry import tools_by_name
 from queries.schemas.common import PageRequest
 from queries.schemas.history import ElementKey
 from queries.services import history
@@ -275,14 +277,17 @@ def test_other_projects_and_missing_permissions(demo_call: Call) -> None:
 
 
 def test_comparison_modes_need_simulation_view() -> None:
-    """scada.view alone reads the observed history; the comparison modes read model data too (R-TOOL)."""
+    """scada.view alone reads the observed history; the comparison modes read model data too (R-TOOL),
+    declared by the tool (``argument_permissions``) and refused by ``contexts.access`` on every edge."""
     scope = scope_with("scada.view")
+    spec = tools_by_name()["query_element_history"]
     elements = [ElementKey(element_type="junction", element_id=devices_by_distance()[0].element_id)]
     window = {"start": AT_0800, "end": AT_0800 + timedelta(hours=1), "page": PageRequest(limit=5)}
+    access.require_permissions(scope, spec.permissions_for({"mode": "observed"}))
     assert history.query_element_history(scope=scope, elements=elements, mode="observed", **window).data.items
-    for mode, run_id in (("realtime_comparison", None), ("analysis_comparison", BURST)):
+    for mode in ("realtime_comparison", "analysis_comparison"):
         with pytest.raises(PermissionDenied) as refused:
-            history.query_element_history(scope=scope, elements=elements, mode=mode, run_id=run_id, **window)
+            access.require_permissions(scope, spec.permissions_for({"mode": mode}))
         assert refused.value.details == {"missing_permissions": ["simulation.view"]}
 
 
