@@ -121,9 +121,13 @@ SAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 REFUSED_FOR_BOB = ["get_scada_device", "query_model_baseline_field", "get_sensor_placement_run"]
 
 
-def api_token(who: str = "alice", audience: str | None = None) -> str:
+def api_token(who: str = "alice", audience: str | None = None, scopes: tuple[str, ...] = ("api.read",)) -> str:
     return dev_issuer.mint_token(
-        subject=who, client_id=CLIENT, scopes=[], audience=audience or settings.TJWATER_API_AUDIENCE, ttl_s=600
+        subject=who,
+        client_id=CLIENT,
+        scopes=list(scopes),
+        audience=audience or settings.TJWATER_API_AUDIENCE,
+        ttl_s=600,
     )
 
 
@@ -211,6 +215,13 @@ def test_authentication(demo_server: ServerProcess) -> None:
     mcp_token = api_token(audience=settings.TJWATER_MCP_AUDIENCE)
     wrong_audience = httpx2.get(url, headers={"Authorization": f"Bearer {mcp_token}"}, timeout=30)
     assert (wrong_audience.status_code, wrong_audience.json()["code"]) == (401, "INVALID_TOKEN")
+    # An API token without the read scope reads nothing (issue 17 item 6): 403 insufficient_scope.
+    for scopes in ((), ("mcp.query",)):
+        unscoped = httpx2.get(url, headers={"Authorization": f"Bearer {api_token(scopes=scopes)}"}, timeout=30)
+        assert (unscoped.status_code, unscoped.json()["code"]) == (403, "INSUFFICIENT_SCOPE")
+        assert 'error="insufficient_scope"' in unscoped.headers["www-authenticate"]
+        assert 'scope="api.read"' in unscoped.headers["www-authenticate"]
+        assert "items" not in unscoped.json()
 
 
 def test_openapi_document_and_page(demo_server: ServerProcess) -> None:
