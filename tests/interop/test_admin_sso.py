@@ -61,7 +61,7 @@ def test_operator_signs_in_and_lands_in_the_admin_as_staff(
     landed = sign_in(browser, sso_server, "alice")
     assert landed.status_code == 200
     assert str(landed.url) == f"{sso_server.url}/admin/"
-    assert "Site administration" in landed.text
+    assert "tjwater-mcp operations" in landed.text
     # Back through the provider's redirects: provider → /oidc/callback/ → /admin/.
     assert any(r.url.path == "/oidc/callback/" for r in landed.history)
     # Operators see the product's admin pages (the operator group's view/change permissions).
