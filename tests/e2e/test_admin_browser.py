@@ -99,7 +99,17 @@ def test_operator_signs_in_to_a_styled_branded_admin(
     assert ALICE_SUB in page.text("#result_list")
     page.goto(f"{admin_server.url}/admin/contexts/project/?q={members.project_slug}")
     assert page.text("#result_list td.field-created_at").endswith(" UTC")
-    assert header_style(page) == STYLED_HEADER
+    # The operator's other pages render under the CSP too (lists, onboarding forms, audit trails).
+    for path in (
+        "contexts/principal/",
+        "contexts/project/create/",
+        "contexts/membership/grant/",
+        "contexts/contextevent/",
+        "contexts/accessevent/",
+        "evidence/queryreceipt/",
+    ):
+        page.goto(f"{admin_server.url}/admin/{path}")
+        assert header_style(page) == STYLED_HEADER, path
     assert_no_console_errors(page)
 
 
