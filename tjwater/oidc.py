@@ -187,6 +187,9 @@ SIGN_IN_AGAIN_ERRORS = frozenset(
 )
 
 
+OIDC_BACKEND = "tjwater.oidc.OperatorOIDCBackend"
+
+
 class OperatorCallbackView(OIDCAuthenticationCallbackView):
     """The OIDC callback. A refused or failed sign-in gets a 403 page, not a redirect to ``/admin/`` (which
     would send the browser straight back to the provider); a re-check that found the provider session
@@ -260,7 +263,9 @@ def sign_out(request: HttpRequest) -> HttpResponse:
     "Sign out"): end the admin session here, then the provider's session (RP-initiated logout), so that
     "sign in again" on a shared control-room PC asks for a password. A POST with the CSRF token, like
     Django's own logout: a link elsewhere cannot sign an operator out."""
-    target = end_session_url(request)  # read the id_token before the session is flushed
+    # A local superuser's session (DEBUG only) has no provider session to end.
+    local = request.user.is_authenticated and request.session.get(auth.BACKEND_SESSION_KEY) != OIDC_BACKEND
+    target = reverse("tjwater_signed_out") if local else end_session_url(request)  # before the flush
     auth.logout(request)
     return HttpResponseRedirect(target)
 
