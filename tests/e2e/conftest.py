@@ -13,10 +13,11 @@ from tests.e2e.browser import Browser
 from tests.interop.conftest import (  # noqa: F401 - fixtures shared with the interop tier
     _test_database_only,
     idp,
+    idp_env,
     members_factory,
     provider_factory,
 )
-from tests.interop.idp import USERS
+from tests.interop.idp import USERS, IdentityProvider
 
 
 @pytest.fixture
@@ -36,8 +37,6 @@ def sso_users(django_db_blocker: object) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def admin_server(start_server: Callable[..., ServerProcess], idp: object) -> ServerProcess:  # noqa: F811
+def admin_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:  # noqa: F811
     """A server (DEBUG on, as `make run`) whose admin signs operators in through the provider."""
-    from tests.interop.conftest import idp_env
-
-    return start_server(**idp_env(idp))  # type: ignore[arg-type]
+    return start_server(**idp_env(idp))
