@@ -18,8 +18,9 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -28,6 +29,7 @@ from django.utils import timezone
 from contexts import admin_onboarding, services
 from contexts.errors import ApplicationError
 from contexts.models import (
+    AccessEvent,
     ContextEvent,
     ExecutionRequest,
     Membership,
@@ -38,6 +40,52 @@ from contexts.models import (
     TaskReport,
     TaskRun,
 )
+
+
+def actors_as_people(labels: list[str]) -> dict[str, str]:
+    """How the audit trail shows who did something: each ``Actor`` label (``operator:<username>#<user
+    id>``, ``principal:<id>/<client>``, ``system:<job>``, see ``contexts.services.Actor``) as a person —
+    name and principal — looked up in two queries for any number of labels. A label whose user or
+    principal is gone is shown as recorded."""
+    user_ids: dict[str, int] = {}
+    principal_ids: dict[str, tuple[int, str]] = {}
+    for label in set(labels):
+        kind, _, rest = label.partition(":")
+        username, _, user_id = rest.rpartition("#")
+        principal_id, _, client = rest.partition("/")
+        if kind == "operator" and username and user_id.isdigit():
+            user_ids[label] = int(user_id)
+        elif kind == "principal" and principal_id.isdigit():
+            principal_ids[label] = (int(principal_id), client)
+    users = get_user_model().objects.in_bulk(list(set(user_ids.values())))
+    principals = Principal.objects.in_bulk([pk for pk, _ in principal_ids.values()])
+    people = {label: label.removeprefix("system:") + " (system job)" for label in labels if label.startswith("system:")}
+    for label, user_id in user_ids.items():
+        user = users.get(user_id)
+        if user is not None:
+            name = user.get_full_name() or user.email or "operator"  # type: ignore[attr-defined]
+            people[label] = f"{name} ({user.get_username()}) · operator"
+    for label, (principal_id, client) in principal_ids.items():
+        principal = principals.get(principal_id)
+        if principal is not None:
+            people[label] = f"{principal} via {client}"
+    return {label: people.get(label, label) for label in labels}
+
+
+class AuditTrailAdmin(admin.ModelAdmin):
+    """Shows the ``actor`` label of each row as a person (``actors_as_people``), for a whole page at once."""
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        rows = list(changelist.result_list)  # evaluates (and caches) the page the template then renders
+        people = actors_as_people([row.actor for row in rows])
+        for row in rows:
+            row.actor_person = people[row.actor]
+        return changelist
+
+    @admin.display(description="by", ordering="actor")
+    def actor_person(self, obj: Any) -> str:
+        return getattr(obj, "actor_person", None) or actors_as_people([obj.actor])[obj.actor]
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -148,10 +196,22 @@ class TaskReportAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ContextEvent)
-class ContextEventAdmin(ReadOnlyAdmin):
-    list_display = ["at", "action", "context_id", "handle_prefix", "actor", "reason"]
+class ContextEventAdmin(AuditTrailAdmin, ReadOnlyAdmin):
+    list_display = ["at", "action", "context_id", "handle_prefix", "actor_person", "reason"]
     list_filter = ["action"]
-    search_fields = ["actor", "handle_prefix"]
+    search_fields = ["actor", "^handle_prefix"]
+    search_help_text = "Search by the operator's or principal's subject, or by the start of a hash prefix."
+    readonly_fields = ["actor_person"]
+
+
+@admin.register(AccessEvent)
+class AccessEventAdmin(AuditTrailAdmin, ReadOnlyAdmin):
+    """The onboarding audit trail (``contexts.onboarding``): projects, principals, memberships."""
+
+    list_display = ["created_at", "action", "project_id", "principal_id", "actor_person", "details"]
+    list_filter = ["action"]
+    search_fields = ["actor"]
+    readonly_fields = ["actor_person"]
 
 
 class ContextStateFilter(admin.SimpleListFilter):
@@ -163,12 +223,15 @@ class ContextStateFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[QueryContext]) -> QuerySet[QueryContext]:
         now = timezone.now()
+        # A context whose membership was revoked no longer works (every call re-checks the membership):
+        # it counts as revoked even where its own revoked_at was not set.
+        stopped = Q(revoked_at__isnull=False) | Q(membership__revoked_at__isnull=False)
         if self.value() == "active":
-            return queryset.filter(revoked_at__isnull=True, expires_at__gt=now)
+            return queryset.exclude(stopped).filter(expires_at__gt=now)
         if self.value() == "expired":
-            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+            return queryset.exclude(stopped).filter(expires_at__lte=now)
         if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
+            return queryset.filter(stopped)
         return queryset
 
 
@@ -223,8 +286,10 @@ class QueryContextAdmin(ReadOnlyAdmin):
         "purpose",
         ContextStateFilter,
     ]
-    list_select_related = ["principal", "project", "run"]
-    search_fields = ["principal__subject", "project__slug", "session_id"]
+    list_select_related = ["principal", "project", "run", "membership"]
+    # "^": the start of the handle's hash, as the hash prefix column and the audit trail show it.
+    search_fields = ["principal__subject", "principal__display_name", "project__slug", "session_id", "^handle_hash"]
+    search_help_text = "Search by principal, project, session id, or the start of the hash prefix."
     # Never the handle_hash as a whole: at most its short prefix (R-CTX-5).
     exclude = ["handle_hash"]
     readonly_fields = [
@@ -243,7 +308,7 @@ class QueryContextAdmin(ReadOnlyAdmin):
         "created_at",
         "expires_at",
         "revoked_at",
-        "revoked_by",
+        "revoked_by_person",
         "revoke_reason",
     ]
     actions = [revoke_contexts]
@@ -255,7 +320,14 @@ class QueryContextAdmin(ReadOnlyAdmin):
 
     @admin.display(description="state")
     def state(self, obj: QueryContext) -> str:
-        return obj.state(timezone.now())
+        state = obj.state(timezone.now())
+        if state != "revoked" and obj.membership.revoked_at is not None:
+            return "revoked (membership)"
+        return state
+
+    @admin.display(description="revoked by")
+    def revoked_by_person(self, obj: QueryContext) -> str:
+        return actors_as_people([obj.revoked_by])[obj.revoked_by] if obj.revoked_by else "-"
 
     # Operators are the staff users (the OIDC admin backend makes only operators staff): they may
     # browse contexts and revoke them without a per-model permission — revoking is always safe.

@@ -53,7 +53,8 @@ class Principal(models.Model):
         constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="principal_issuer_sub_uniq")]
 
     def __str__(self) -> str:
-        return self.display_name or self.subject
+        # Names are not unique (two "Alice"s): the subject always tells principals apart.
+        return f"{self.display_name} ({self.subject})" if self.display_name else self.subject
 
 
 class Membership(models.Model):

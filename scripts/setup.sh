@@ -57,6 +57,11 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || die "Redis did not start on 127.0.0.1:6379"
 fi
 
+# --- Chromium (the browser tests drive Debian's build through playwright-core in devtools/) ----------
+if ! command -v chromium >/dev/null 2>&1; then
+  apt_install chromium
+fi
+
 # --- Python virtualenv ---------------------------------------------------------------------------
 if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
@@ -119,6 +124,9 @@ export DATABASE_URL=${DATABASE_URL:-postgis://postgres@127.0.0.1:5432/$DB_NAME}
 dev_manage() { DEBUG=${DEBUG:-1} TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1} .venv/bin/python manage.py "$@"; }
 say "migrating $DB_NAME"
 dev_manage migrate --noinput -v 0
+# Static files (admin, Swagger UI) into var/static, hashed and compressed; WhiteNoise serves them.
+say "collecting static files"
+dev_manage collectstatic --noinput -v 0
 
 if [[ ${SETUP_SKIP_DEMO:-0} != 1 ]] && dev_manage help seed_demo >/dev/null 2>&1; then
   say "loading demo data if the database has none"

@@ -1,7 +1,7 @@
 """Operator single sign-on for the Django admin (SPEC §0 "auth (admin)", issue 6).
 
 mozilla-django-oidc runs the authorization code flow (PKCE S256 and a nonce, turned on in settings).
-Three gaps of the library are closed here (SDK_NOTES "Auth pieces"):
+Gaps of the library are closed here (SDK_NOTES "Auth pieces"):
 
 - its id_token check skips ``aud`` and ``iss``: ``_verify_jws`` adds both (and ``exp``/``iat`` stay
   checked by PyJWT);
@@ -9,7 +9,13 @@ Three gaps of the library are closed here (SDK_NOTES "Auth pieces"):
   token carries the configured operator role (``TJWATER_OIDC_OPERATOR_ROLE`` at
   ``TJWATER_OIDC_ROLES_CLAIM``, Keycloak's ``realm_access.roles`` by default);
 - a refused login would redirect back to ``/admin/``, which redirects to the provider again — a loop:
-  the callback view answers a refused login with a plain 403 page instead of a redirect.
+  the callback view answers a refused login with a plain 403 page instead of a redirect; a re-check that
+  found the provider session ended (``login_required``) sends the browser to the provider's login instead,
+  since that operator needs to sign in again, not the operator role;
+- signing out ended only the Django session: ``sign_out`` also ends the provider's (RP-initiated logout).
+
+The operator's profile is refreshed at every sign-in without touching the password hash (it feeds the
+session auth hash: changing it signed the operator out at every re-check).
 
 Users are matched by the provider's ``sub`` (stored as the username), never by e-mail, so an account
 at the provider cannot take over a local account that happens to share an address.
@@ -32,6 +38,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views.decorators.http import require_POST
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView
 
@@ -144,21 +151,54 @@ class OperatorOIDCBackend(OIDCAuthenticationBackend):
 
     @transaction.atomic
     def update_user(self, user: Any, claims: dict[str, Any]) -> AbstractBaseUser:
-        user.email = str(claims.get("email") or "")
-        user.first_name = str(claims.get("preferred_username") or claims.get("name") or "")[:150]
-        user.is_staff = True  # verify_claims admitted only operators
-        user.is_active = True
-        user.set_unusable_password()
-        user.save()
+        """Refresh the operator's profile from the claims — at first sign-in and at every re-check.
+
+        The password hash is touched only when the account still has a usable password: every call of
+        ``set_unusable_password()`` writes a new random hash, and Django's session auth hash is derived
+        from it, so doing it on each sign-in ended every other session of the operator (the re-check's
+        own session included: ~10 redirects, then "403 CSRF verification failed" in an open form)."""
+        name = str(claims.get("name") or "")
+        first, _, last = name.partition(" ")
+        fields = {
+            "email": str(claims.get("email") or ""),
+            "first_name": (first or str(claims.get("preferred_username") or ""))[:150],
+            "last_name": last[:150],
+            "is_staff": True,  # verify_claims admitted only operators
+            "is_active": True,
+        }
+        changed = [field for field, value in fields.items() if getattr(user, field) != value]
+        for field in changed:
+            setattr(user, field, fields[field])
+        if user.has_usable_password():
+            user.set_unusable_password()
+            changed.append("password")
+        if changed:
+            user.save(update_fields=changed)
         user.groups.add(operator_group())
         return user
 
 
+# Errors a provider answers to a silent (prompt=none) authorization when it would have to ask the user
+# something — above all that its own session is gone (OpenID Connect Core §3.1.2.6). The periodic
+# re-check gets them when the operator was signed out at the provider: that calls for signing in again,
+# not for the "not an operator" refusal.
+SIGN_IN_AGAIN_ERRORS = frozenset(
+    {"login_required", "interaction_required", "consent_required", "account_selection_required"}
+)
+
+
+OIDC_BACKEND = "tjwater.oidc.OperatorOIDCBackend"
+
+
 class OperatorCallbackView(OIDCAuthenticationCallbackView):
-    """The OIDC callback: a refused or failed sign-in gets a 403 page, not a redirect to ``/admin/``
-    (which would send the browser straight back to the provider)."""
+    """The OIDC callback. A refused or failed sign-in gets a 403 page, not a redirect to ``/admin/`` (which
+    would send the browser straight back to the provider); a re-check that found the provider session
+    ended sends the browser to the provider's login form, back to the page the operator was on."""
 
     def get(self, request: HttpRequest) -> HttpResponse:
+        # The page the re-check interrupted: the library's error path flushes the session before
+        # login_failure() runs.
+        self.next_url = request.session.get("oidc_login_next") or reverse("admin:index")
         try:
             response: HttpResponse = super().get(request)
         except SuspiciousOperation:
@@ -173,14 +213,67 @@ class OperatorCallbackView(OIDCAuthenticationCallbackView):
         # whose role was removed or who was signed out at the provider — ends any admin session here.
         auth.logout(self.request)
         reason = getattr(self.request, "tjwater_oidc_refusal", None)
+        if reason is None and self.request.GET.get("error") in SIGN_IN_AGAIN_ERRORS:
+            logger.info("admin session re-check: the provider session has ended; asking to sign in again")
+            return HttpResponseRedirect(sign_in_url(self.next_url))
         if reason is None:
             reason = "provider_error" if self.request.GET.get("error") else "no_user"
-        return render(
-            self.request,
-            "tjwater/oidc_refused.html",
-            {"reason": reason, "message": REFUSAL_REASONS[reason]},
-            status=403,
-        )
+        # The provider still has this account's session: offer to end it, so another account can sign in.
+        context = {"reason": reason, "message": REFUSAL_REASONS[reason], "sign_out_url": reverse("tjwater_sign_out")}
+        return admin_page(self.request, "tjwater/oidc_refused.html", context, status=403)
+
+
+def admin_page(request: HttpRequest, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+    """A page of ours in the admin's look (its stylesheet, header and branding), for someone who is not
+    signed in: not ``each_context`` (its app list asks the authentication backends, and production
+    without OIDC has none)."""
+    from django.contrib import admin
+
+    site = admin.site
+    branding = {"site_header": site.site_header, "site_title": site.site_title, "site_url": site.site_url}
+    return render(request, template, {**branding, "has_permission": False, **context}, status=status)
+
+
+def sign_in_url(next_url: str) -> str:
+    """The interactive sign-in at the provider (never prompt=none), coming back to ``next_url``."""
+    return f"{reverse('oidc_authentication_init')}?{urlencode({'next': next_url})}"
+
+
+def end_session_url(request: HttpRequest) -> str:
+    """Where signing out sends the browser: the provider's end-session endpoint (OpenID Connect
+    RP-Initiated Logout 1.0 §2) with the session's id_token as ``id_token_hint`` when there is one, else
+    our ``client_id`` (the provider then asks the user to confirm), and /oidc/signed-out/ as the
+    ``post_logout_redirect_uri``. Without an end-session endpoint: /oidc/signed-out/ directly."""
+    signed_out = reverse("tjwater_signed_out")
+    endpoint = settings.OIDC_OP_END_SESSION_ENDPOINT
+    if not endpoint:
+        return signed_out
+    params = {"post_logout_redirect_uri": request.build_absolute_uri(signed_out)}
+    id_token = request.session.get("oidc_id_token")
+    if id_token:
+        params["id_token_hint"] = str(id_token)
+    else:
+        params["client_id"] = settings.OIDC_RP_CLIENT_ID
+    return f"{endpoint}?{urlencode(params)}"
+
+
+@require_POST
+def sign_out(request: HttpRequest) -> HttpResponse:
+    """``POST /admin/logout/`` (the admin's "Log out") and ``POST /oidc/sign-out/`` (the refusal page's
+    "Sign out"): end the admin session here, then the provider's session (RP-initiated logout), so that
+    "sign in again" on a shared control-room PC asks for a password. A POST with the CSRF token, like
+    Django's own logout: a link elsewhere cannot sign an operator out."""
+    # A local superuser's session (DEBUG only) has no provider session to end.
+    local = request.user.is_authenticated and request.session.get(auth.BACKEND_SESSION_KEY) != OIDC_BACKEND
+    target = reverse("tjwater_signed_out") if local else end_session_url(request)  # before the flush
+    auth.logout(request)
+    return HttpResponseRedirect(target)
+
+
+def signed_out(request: HttpRequest) -> HttpResponse:
+    """Where the provider sends the browser back after signing out: says so, and offers to sign in."""
+    context = {"sign_in_url": reverse("admin:index"), "provider_sign_out": bool(settings.OIDC_OP_END_SESSION_ENDPOINT)}
+    return admin_page(request, "tjwater/signed_out.html", context)
 
 
 def admin_login(request: HttpRequest) -> HttpResponse:
@@ -195,15 +288,11 @@ def admin_login(request: HttpRequest) -> HttpResponse:
     next_url = request.GET.get("next") or reverse("admin:index")
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         next_url = reverse("admin:index")
-    return HttpResponseRedirect(f"{reverse('oidc_authentication_init')}?{urlencode({'next': next_url})}")
+    return HttpResponseRedirect(sign_in_url(next_url))
 
 
 def admin_login_disabled(request: HttpRequest) -> HttpResponse:
     """``/admin/login/`` with ``DEBUG=False`` and no OIDC configured: say so instead of showing a
     password form that can never succeed (no authentication backend is configured then)."""
-    return render(
-        request,
-        "tjwater/oidc_refused.html",
-        {"reason": "not_configured", "message": REFUSAL_REASONS["not_configured"]},
-        status=403,
-    )
+    context = {"reason": "not_configured", "message": REFUSAL_REASONS["not_configured"]}
+    return admin_page(request, "tjwater/oidc_refused.html", context, status=403)

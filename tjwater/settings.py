@@ -46,12 +46,15 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # Before staticfiles: `runserver` serves static files through WhiteNoise too, as uvicorn does.
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.gis",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "mozilla_django_oidc",
+    "csp",
     "contexts",
     "queries",
     "evidence",
@@ -60,6 +63,11 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's and Swagger UI's) straight after SecurityMiddleware, so they get its
+    # headers and skip everything else (WhiteNoise's documented place).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
+    "tjwater.security.PermissionsPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -74,6 +82,7 @@ ASGI_APPLICATION = "tjwater.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # templates/ first: it overrides drf-spectacular's Swagger UI page (no inline style, for the CSP).
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -123,8 +132,20 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 
+# Admin dates and times carry their time zone's name ("2026-12-01 14:48:03 UTC"): tjwater/formats/.
+FORMAT_MODULE_PATH = ["tjwater.formats"]
+
+# Static files (the admin's, Swagger UI's from drf-spectacular-sidecar, ours in static/) are collected into
+# STATIC_ROOT by `manage.py collectstatic` (scripts/setup.sh runs it; so must a deployment) and served by
+# WhiteNoise from the same process, under uvicorn, with DEBUG on or off: compressed (gzip) copies and
+# content-hashed names, so they are cached "forever" by browsers and a new release never serves stale files.
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 # Data directory for files the service owns (the dev issuer's key lives here, mode 0600).
 TJWATER_DATA_DIR = Path(env.str("TJWATER_DATA_DIR", default=str(BASE_DIR / "var")))
@@ -262,6 +283,13 @@ OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
 OIDC_TIMEOUT = env.int("OIDC_TIMEOUT", default=10)
 OIDC_CALLBACK_CLASS = "tjwater.oidc.OperatorCallbackView"
 LOGIN_REDIRECT_URL = "/admin/"
+# Signing out of the admin also ends the session at the provider (OpenID Connect RP-Initiated Logout 1.0):
+# the browser is sent to this endpoint (Keycloak: <realm>/protocol/openid-connect/logout) with the
+# id_token as `id_token_hint` and comes back to /oidc/signed-out/, which must be registered at the provider
+# as a post-logout redirect URI of the client. Unset: signing out ends only the admin session here.
+OIDC_OP_END_SESSION_ENDPOINT = env.str("OIDC_OP_END_SESSION_ENDPOINT", default="")
+# The id_token is kept in the (server-side) session for that hint; it is never logged.
+OIDC_STORE_ID_TOKEN = True
 if TJWATER_OIDC_ADMIN_ENABLED:
     _missing_oidc = [
         name
@@ -312,6 +340,46 @@ if not DEBUG:
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env.int("TJWATER_HSTS_SECONDS", default=365 * 24 * 3600)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("TJWATER_HSTS_INCLUDE_SUBDOMAINS", default=False)
+
+# Content-Security-Policy (django-csp) on every Django response: scripts, styles, images and fonts only
+# from this origin (the admin's and Swagger UI's files are served here: no CDN), no inline script, no
+# plugins, no framing. Forms may post here and — since a form's redirect counts as its target — lead to
+# the provider (signing out goes to its end-session endpoint). The one inline style the policy allows is
+# Django's admin change list's (admin/change_list.html, for lists without actions), by its hash, which is
+# that of the pinned Django: the browser tests report any CSP violation on the admin pages.
+_ADMIN_CHANGE_LIST_STYLE = "'sha256-blvLUW3UscWqsXGByNOqdBboM+ShWAuugp2mC/wbafU='"
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+
+
+_PROVIDER_ORIGINS = sorted(
+    {_origin(url) for url in (OIDC_OP_AUTHORIZATION_ENDPOINT, OIDC_OP_END_SESSION_ENDPOINT) if _origin(url)}
+)
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'", _ADMIN_CHANGE_LIST_STYLE],
+        # Swagger UI's and the admin's icons are partly data: URIs.
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "form-action": ["'self'", *_PROVIDER_ORIGINS],
+    }
+}
+# Permissions-Policy (tjwater.security): the pages need no powerful browser feature; all are denied.
+TJWATER_PERMISSIONS_POLICY = (
+    "accelerometer=(), autoplay=(), camera=(), display-capture=(), geolocation=(), gyroscope=(), "
+    "magnetometer=(), microphone=(), midi=(), payment=(), publickey-credentials-get=(), usb=()"
+)
 
 REST_FRAMEWORK = {
     # The context API authenticates with the MCP bearer validator explicitly per view; no global

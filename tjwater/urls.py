@@ -6,17 +6,28 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views import defaults
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from contexts import dev_issuer
 from tjwater.health import healthz
+
+# The admin's branding. No "View site" link: this service has no public site (the link led to a 404).
+admin.site.site_header = "tjwater-mcp operations"
+admin.site.site_title = "tjwater-mcp admin"
+admin.site.index_title = "Projects, access and evidence"
+admin.site.site_url = None
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("api/v1/", include("contexts.urls")),
     path("api/v1/projects/<slug:project>/", include("queries.api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="openapi-schema"), name="openapi-docs"),
+    # Swagger UI's init script is its own request (…/?script=), not inline: the CSP allows no inline script.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="openapi-schema", template_name="tjwater/swagger_ui.html"),
+        name="openapi-docs",
+    ),
     path("admin/", admin.site.urls),
     # The embedded dev issuer (R-AUTH-6); the views answer 404 unless TJWATER_DEV_ISSUER is on.
     path("dev-issuer/.well-known/openid-configuration", dev_issuer.discovery_view, name="dev-issuer-discovery"),
@@ -24,12 +35,16 @@ urlpatterns = [
 ]
 
 if settings.TJWATER_OIDC_ADMIN_ENABLED:
-    from tjwater.oidc import admin_login
+    from tjwater.oidc import admin_login, sign_out, signed_out
 
-    # Operator sign-in through the OpenID provider (tjwater/oidc.py). The admin's own login page is
-    # replaced (listed first, so it wins) and sends the browser to the provider.
+    # Operator sign-in through the OpenID provider (tjwater/oidc.py). The admin's own login and logout
+    # pages are replaced (listed first, so they win): sign-in goes to the provider, and "Log out" ends the
+    # provider's session too (RP-initiated logout) before coming back to /oidc/signed-out/.
     urlpatterns = [
         path("admin/login/", admin_login, name="tjwater_admin_login"),
+        path("admin/logout/", sign_out, name="tjwater_admin_logout"),
+        path("oidc/sign-out/", sign_out, name="tjwater_sign_out"),
+        path("oidc/signed-out/", signed_out, name="tjwater_signed_out"),
         path("oidc/", include("mozilla_django_oidc.urls")),
         *urlpatterns,
     ]

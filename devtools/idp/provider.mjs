@@ -134,7 +134,7 @@ function buildProvider(issuer) {
         grant_types: ['authorization_code'],
         response_types: ['code'],
         redirect_uris: (env.IDP_ADMIN_REDIRECT_URIS ?? 'http://127.0.0.1/oidc/callback/').split(' '),
-        post_logout_redirect_uris: ['http://127.0.0.1/admin/'],
+        post_logout_redirect_uris: (env.IDP_ADMIN_POST_LOGOUT_REDIRECT_URIS ?? 'http://127.0.0.1/oidc/signed-out/ http://127.0.0.1/admin/').split(' '),
         token_endpoint_auth_method: 'client_secret_post',
       },
       {
@@ -168,7 +168,10 @@ function buildProvider(issuer) {
       clientCredentials: { enabled: true },
       introspection: { enabled: true },
       revocation: { enabled: true },
-      rpInitiatedLogout: { enabled: true },
+      // OpenID Connect RP-Initiated Logout 1.0 at .../protocol/openid-connect/logout, like Keycloak: with
+      // a valid id_token_hint the user is signed out without a question (the page submits itself);
+      // without one (only client_id) the user is asked to confirm.
+      rpInitiatedLogout: { enabled: true, logoutSource },
       resourceIndicators: {
         enabled: true,
         // The admin login needs an opaque token for userinfo (no resource); everyone else gets a
@@ -305,6 +308,22 @@ function buildProvider(issuer) {
     ['subject_token', 'subject_token_type', 'requested_token_type', 'audience', 'resource', 'scope'],
   );
   return provider;
+}
+
+async function logoutSource(ctx, form) {
+  ctx.type = 'html';
+  if (ctx.oidc.entities.IdTokenHint) {
+    // The form carries the xsrf secret; logout=yes is the confirmation the hint stands for.
+    const auto = form.replace('</form>', '<input type="hidden" name="logout" value="yes"></form>');
+    ctx.body = page('Signing out', `${auto}<noscript><button type="submit" form="op.logoutForm">Sign out</button></noscript>`
+      + '<script>document.getElementById("op.logoutForm").submit()</script>');
+    return;
+  }
+  ctx.body = page(
+    `Sign out of ${REALM}?`,
+    `${form}<button id="kc-logout" type="submit" form="op.logoutForm" value="yes" name="logout">Yes, sign me out</button>`
+      + '<button type="submit" form="op.logoutForm">No, stay signed in</button>',
+  );
 }
 
 // --- login form (the interaction) ---------------------------------------------------------------

@@ -6,10 +6,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from contexts import services
+from contexts.admin import actors_as_people
 from contexts.errors import ContextRevoked
-from contexts.models import ContextEvent, QueryContext
+from contexts.models import ContextEvent, Membership, QueryContext
 from tests.contexts import factories
 from tests.contexts.conftest import CATALOG, World
 
@@ -95,6 +97,36 @@ def test_revoke_action_asks_for_a_reason_then_revokes_with_the_operator(operator
         )
 
 
+def test_a_context_of_a_revoked_membership_is_not_listed_as_active(operator_client: Client, world: World) -> None:
+    """Every call re-checks the membership, so such a context no longer works: the list says so even for a
+    binding whose own revoked_at was not set."""
+    created = bind(world)
+    Membership.objects.filter(pk=world.alice_alpha.pk).update(revoked_at=timezone.now())
+    listed = operator_client.get(reverse(CHANGELIST) + "?state=revoked")
+    assert [row.pk for row in listed.context["cl"].result_list] == [created.context_id]
+    assert "revoked (membership)" in listed.content.decode()
+    active = operator_client.get(reverse(CHANGELIST) + "?state=active")
+    assert created.context_id not in active.context["cl"].result_list.values_list("pk", flat=True)
+
+
+def test_the_audit_trail_names_people_not_ids(world: World) -> None:
+    user = get_user_model().objects.create_user("a11ce-sub", first_name="Alice", last_name="Operator")
+    world.alice.display_name = "Alice"
+    world.alice.save()
+    labels = [
+        services.Actor.operator(username="a11ce-sub", user_id=user.pk).label,
+        services.Actor.principal(principal_id=world.alice.pk, client_id="tjwater-agent-mcp").label,
+        services.Actor.system(job="revoke_stale").label,
+        "operator:gone#999999",
+    ]
+    assert actors_as_people(labels) == {
+        labels[0]: "Alice Operator (a11ce-sub) · operator",
+        labels[1]: "Alice (ctx-alice) via tjwater-agent-mcp",
+        labels[2]: "revoke_stale (system job)",
+        labels[3]: "operator:gone#999999",  # as recorded when the user is gone
+    }
+
+
 def test_revoke_without_a_reason_changes_nothing(operator_client: Client, world: World) -> None:
     created = bind(world)
     form = {"action": "revoke_contexts", "_selected_action": [created.context_id], "confirm": "yes", "reason": ""}
@@ -111,7 +143,18 @@ def test_non_staff_users_cannot_see_contexts(world: World) -> None:
 
 
 @pytest.mark.parametrize(
-    "model", ["project", "principal", "membership", "task", "taskrun", "executionrequest", "taskreport", "contextevent"]
+    "model",
+    [
+        "project",
+        "principal",
+        "membership",
+        "task",
+        "taskrun",
+        "executionrequest",
+        "taskreport",
+        "contextevent",
+        "accessevent",
+    ],
 )
 def test_every_contexts_model_is_browsable(world: World, model: str) -> None:
     admin_user = get_user_model().objects.create_superuser("root", password="pw-not-used")

@@ -49,6 +49,7 @@ def idp_env(idp: IdentityProvider, **extra: str) -> dict[str, str]:
         "OIDC_OP_TOKEN_ENDPOINT": idp.endpoint("token"),
         "OIDC_OP_USER_ENDPOINT": idp.endpoint("userinfo"),
         "OIDC_OP_JWKS_ENDPOINT": idp.endpoint("certs"),
+        "OIDC_OP_END_SESSION_ENDPOINT": idp.endpoint("logout"),
         **extra,
     }
 

@@ -61,7 +61,7 @@ def test_operator_signs_in_and_lands_in_the_admin_as_staff(
     landed = sign_in(browser, sso_server, "alice")
     assert landed.status_code == 200
     assert str(landed.url) == f"{sso_server.url}/admin/"
-    assert "Site administration" in landed.text
+    assert "tjwater-mcp operations" in landed.text
     # Back through the provider's redirects: provider → /oidc/callback/ → /admin/.
     assert any(r.url.path == "/oidc/callback/" for r in landed.history)
     # Operators see the product's admin pages (the operator group's view/change permissions).
@@ -159,7 +159,14 @@ def test_with_debug_on_a_local_superuser_can_still_use_the_password_form(
     with httpx2.Client(timeout=15) as browser:
         posted = post_local_login(browser, f"{sso_server.url}/admin/login/?local=1")
         assert (posted.status_code, posted.headers["location"]) == (302, "/admin/")
-        assert browser.get(f"{sso_server.url}/admin/").status_code == 200
+        index = browser.get(f"{sso_server.url}/admin/")
+        assert index.status_code == 200
+        # Log out: a local account has no provider session, so no trip to the provider.
+        token = re.search(r'id="logout-form".*?name="csrfmiddlewaretoken" value="([^"]+)"', index.text, re.S)
+        assert token is not None
+        out = browser.post(f"{sso_server.url}/admin/logout/", data={"csrfmiddlewaretoken": token.group(1)})
+        assert (out.status_code, out.headers["location"]) == (302, "/oidc/signed-out/")
+        assert browser.get(f"{sso_server.url}/admin/").status_code == 302
 
 
 def test_with_debug_off_there_is_no_local_password_login(

@@ -8,11 +8,13 @@ from collections.abc import Iterator
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from django.contrib import admin
 from django.contrib.auth.models import Permission
 from django.core.exceptions import SuspiciousOperation
 from django.test import override_settings
+from django.urls import include, path
 
-from tjwater.oidc import OperatorOIDCBackend, claim_at, has_operator_role, operator_group
+from tjwater.oidc import OperatorOIDCBackend, claim_at, has_operator_role, operator_group, sign_out, signed_out
 
 
 @pytest.mark.parametrize(
@@ -96,10 +98,8 @@ def test_id_token_for_another_audience_or_issuer_is_refused(
         backend._verify_jws(id_token(key, **overrides), key.public_key())
 
 
-@pytest.mark.django_db
-def test_a_failed_recheck_ends_the_admin_session() -> None:
-    """SessionRefresh sends an operator's browser through prompt=none; when the provider no longer vouches
-    for them (signed out, role removed) the callback answers with an error — and the admin session ends."""
+def recheck_callback(error: str) -> tuple[object, object]:
+    """The callback answering a re-check (prompt=none) with ``error``, for a signed-in operator."""
     from django.contrib.auth import SESSION_KEY, get_user_model
     from django.contrib.sessions.middleware import SessionMiddleware
     from django.test import RequestFactory
@@ -107,11 +107,61 @@ def test_a_failed_recheck_ends_the_admin_session() -> None:
     from tjwater.oidc import OperatorCallbackView
 
     user = get_user_model().objects.create_user("op-recheck", is_staff=True)
-    request = RequestFactory().get("/oidc/callback/", {"error": "login_required", "state": "s"})
+    request = RequestFactory().get("/oidc/callback/", {"error": error, "state": "s"})
     SessionMiddleware(lambda r: None).process_request(request)
     request.session[SESSION_KEY] = str(user.pk)
+    request.session["oidc_login_next"] = "/admin/contexts/project/"
     request.user = user
-    response = OperatorCallbackView.as_view()(request)
-    assert response.status_code == 403
-    assert SESSION_KEY not in request.session
-    assert not request.user.is_authenticated
+    return request, OperatorCallbackView.as_view()(request)
+
+
+# The OIDC routes of tjwater/urls.py (present only when OIDC_* is configured), for the callback's links.
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("oidc/sign-out/", sign_out, name="tjwater_sign_out"),
+    path("oidc/signed-out/", signed_out, name="tjwater_signed_out"),
+    path("oidc/", include("mozilla_django_oidc.urls")),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(__name__)
+def test_a_refused_recheck_ends_the_admin_session_with_the_refusal_page() -> None:
+    """SessionRefresh sends an operator's browser through prompt=none; when the provider refuses (here
+    access_denied) the callback answers with the refusal page — and the admin session ends."""
+    from django.contrib.auth import SESSION_KEY
+
+    request, response = recheck_callback("access_denied")
+    assert response.status_code == 403  # type: ignore[attr-defined]
+    assert 'data-reason="provider_error"' in response.content.decode()  # type: ignore[attr-defined]
+    assert SESSION_KEY not in request.session  # type: ignore[attr-defined]
+    assert not request.user.is_authenticated  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db
+@pytest.mark.urls(__name__)
+@pytest.mark.parametrize("error", ["login_required", "interaction_required"])
+def test_a_recheck_finding_the_provider_session_ended_asks_to_sign_in_again(error: str) -> None:
+    """Signed out at the provider is not "not an operator": the browser goes to the provider's login
+    (interactive, no prompt=none), and comes back to the page the re-check interrupted."""
+    from django.contrib.auth import SESSION_KEY
+
+    request, response = recheck_callback(error)
+    assert response.status_code == 302  # type: ignore[attr-defined]
+    assert response["Location"] == "/oidc/authenticate/?next=%2Fadmin%2Fcontexts%2Fproject%2F"  # type: ignore[index]
+    assert SESSION_KEY not in request.session  # type: ignore[attr-defined]
+
+
+@pytest.mark.django_db
+def test_signing_in_again_keeps_the_session_auth_hash() -> None:
+    """Every sign-in (the periodic re-check included) refreshes the profile; it must not rewrite the
+    password hash, from which Django derives the session auth hash: that signed the operator out."""
+    backend = OperatorOIDCBackend()
+    claims = {"sub": "op-again", "name": "Olga Operator", "email": "olga@tjwater.test", "preferred_username": "olga"}
+    user = backend.create_user(claims)
+    first = (user.password, user.get_session_auth_hash())
+    again = backend.update_user(user, {**claims, "email": "olga@utility.test"})
+    again.refresh_from_db()
+    assert (again.password, again.get_session_auth_hash()) == first
+    profile = (again.get_full_name(), again.email, again.has_usable_password())
+    assert profile == ("Olga Operator", "olga@utility.test", False)
