@@ -38,9 +38,13 @@ What the host guarantees:
 
 Run against ``make run`` with the devtools provider as the issuer (devtools/README.md), e.g.::
 
-    .venv/bin/python examples/agent_host.py --mcp-url http://127.0.0.1:8000/mcp \\
+    TJWATER_HOST_CLIENT_SECRET=… .venv/bin/python examples/agent_host.py --mcp-url http://127.0.0.1:8000/mcp \\
         --issuer http://127.0.0.1:8080/realms/tjwater --user-token "$ALICE" --project tianjin-demo \\
-        [--task-id 1 --run-id 2 --session-id session-demo-1 --execution-request exec-demo-1]
+        [--task-id 1 --run-id 2 --session-id session-demo-1 --execution-request exec-demo-1 \\
+         --worker-client-secret …]   # an investigation runs under the worker's service identity
+
+It prints what it did, one line per step, and never a token, secret or handle; a refused rule exits 2 with
+the reason on stderr.
 """
 
 from __future__ import annotations
