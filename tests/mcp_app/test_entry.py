@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx2
+import psycopg
 import pytest
 from django.conf import settings
 
@@ -172,3 +173,37 @@ def test_mcp_entry_needs_a_reason(restored_entry: ServerProcess) -> None:
     assert result.returncode != 0
     assert "A reason is required" in result.stderr
     assert mcp_entry("status").stdout.strip() == "on"
+
+
+def _switch_reads() -> int:
+    """Reads of the switch's table by every backend of the test database (pg_stat_user_tables)."""
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=db.get("PORT") or 5432,
+        user=db.get("USER") or "postgres",
+        dbname=str(db["NAME"]),
+        autocommit=True,
+    ) as conn:
+        row = conn.execute(
+            "SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables "
+            "WHERE relname = 'mcp_app_entryswitch'"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_the_per_call_check_reads_no_row(restored_entry: ServerProcess) -> None:
+    """Measured: a call does not read the switch — each server process reads it once per REFRESH_S in
+    the background. 60 calls must cost far fewer reads than 60, whatever servers of the session poll
+    meanwhile (backends publish their counters within about a second, hence the pauses)."""
+    server = restored_entry
+    time.sleep(1.5)
+    before = _switch_reads()
+    started = time.monotonic()
+    for _ in range(60):
+        assert call_tool_raw(server, "get_network_options", {"kind": "hydraulic"}, "dave")["result"]["isError"] is False
+    elapsed = time.monotonic() - started
+    time.sleep(1.5)
+    reads = _switch_reads() - before
+    print(f"60 calls in {elapsed:.2f} s: {reads} reads of the switch (background refreshes only)")
+    assert reads < 30
