@@ -1,8 +1,8 @@
 """``manage.py mcp_entry off|on`` (issue 23 item 16): rollback at run time, against a real uvicorn process
 and the command run as its own process (as an operator runs it), on the committed test database.
 
-Turning the entry off revokes *every* live context in the database, so the test restores the switch and
-leaves the module's own handles (``e2e_handles``) revoked; other modules bind their own."""
+Turning the entry off revokes *every* live context in the database, so ``restored_entry`` puts the test
+database back afterwards (the switch on, the drill's revocations undone)."""
 
 from __future__ import annotations
 
@@ -74,11 +74,15 @@ def bind(server: ServerProcess) -> httpx2.Response:
 
 @pytest.fixture
 def restored_entry(mcp_server: ServerProcess, django_db_blocker: Any) -> Iterator[ServerProcess]:
-    """The switch is on again after the test whatever happened (rows of this test removed, servers
-    caught up), so later tests of the session find the entry on."""
+    """The test database as it was, whatever happened: the switch's rows removed (servers caught up) and
+    the contexts this test's drill revoked restored with their audit rows removed — session-scoped
+    contexts of other packages (tests/queries ``demo_handles``) must not depend on the order tests run in."""
     yield mcp_server
+    drill = f"MCP entry turned off: {REASON}"
     with django_db_blocker.unblock():
         EntrySwitch.objects.all().delete()
+        QueryContext.objects.filter(revoke_reason=drill).update(revoked_at=None, revoked_by="", revoke_reason="")
+        ContextEvent.objects.filter(reason=drill).delete()
     wait_until(mcp_server, 200)
 
 
