@@ -22,14 +22,15 @@ import logging
 from typing import Any
 
 import psycopg
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, transaction
+from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from contexts import services
+from contexts import entry, services
 from contexts.authentication import (
     AuthenticationUnavailable,
     BearerTokenAuthentication,
@@ -194,12 +195,16 @@ class ContextCreateApi(ContextApiView):
             **{code: OpenApiResponse(ERROR_BODY) for code in (400, 401, 403, 404, 409, 429, 503)},
         },
     )
+    # The entry gate and the binding commit together: an operator turning the MCP entry off waits for the
+    # bindings already past the gate, then revokes them with every other live context (issue 23 item 16).
+    @method_decorator(transaction.atomic)
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         token = self.verified_token(request)
         take_bind_token(issuer=token.issuer, subject=token.subject)
+        entry.check_binding_allowed()
         catalog, task_scoped = services.tool_catalog()
         created = services.context_create(
             token=token,

@@ -191,3 +191,13 @@ class EvidenceNotSaved(ApplicationError):
     http_status = 503
     retryable = True
     default_message = "The result could not be saved as evidence, so it is not returned; retry the same call."
+
+
+class McpDisabled(ApplicationError):
+    """An operator turned the MCP entry off (``manage.py mcp_entry off``, seed 001 rollback): no new
+    bindings, no calls. Retrying will not help until an operator turns it back on."""
+
+    code = "MCP_DISABLED"
+    http_status = 503
+    retryable = False
+    default_message = "The MCP entry is turned off on this server; retrying will not help."

@@ -2,7 +2,10 @@
 
 Every request to ``/mcp`` passes, in order:
 
-1. the switch: off (503 JSON, no MCP) unless ``TJWATER_MCP_ENABLED`` (R-TOOL-1);
+1. the switches: off (503 ``MCP_DISABLED``, ``retryable: false``) unless ``TJWATER_MCP_ENABLED``
+   (R-TOOL-1) and the run-time entry switch is on (``manage.py mcp_entry``, ``mcp_app.entry``); then
+   readiness: while the endpoint is starting or its start-up failed, 503 ``MCP_UNAVAILABLE`` with
+   ``retryable: true`` and ``Retry-After`` (issue 23 item 15);
 2. the protocol gate: POST only (anything else → 405 ``Allow: POST``), and an ``MCP-Protocol-Version``
    header naming 2026-07-28 — a missing or other version is HTTP 400 / -32022 listing the supported
    versions. The SDK would otherwise route such requests to its legacy transport (``initialize``,
@@ -14,11 +17,14 @@ Every request to ``/mcp`` passes, in order:
    headers against the body (-32020), methods (-32601) and params (-32602).
 
 The server's lifespan runs for the process lifetime: ``startup``/``shutdown`` are called from the
-lifespan handling in ``tjwater.asgi``.
+lifespan handling in ``tjwater.asgi``. A start-up failure never takes the process (and so REST) down: it is
+logged, ``/mcp`` answers 503 retryable, and start-up is tried again every ``STARTUP_RETRY_S`` seconds
+(seed 001: "MCP 服务失败时其调用返回可重试错误，现有 REST 和原生查询仍可使用").
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from contextlib import AsyncExitStack
@@ -33,6 +39,7 @@ from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, u
 from mcp_app import auth
 from mcp_app.catalog import build_catalog
 from mcp_app.dispatch import Dispatcher
+from mcp_app.entry import EntryWatch
 from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
@@ -47,6 +54,13 @@ MAX_REQUEST_BODY_BYTES = 256 * 1024
 # Token verifications that miss the per-process cache run in worker threads of their own (a JWKS fetch may
 # block): business calls never use threads, and authentication never waits behind them (issue 9 item 7).
 AUTH_THREADS = 4
+# After a failed start-up, the next attempt (and the Retry-After of the 503 meanwhile).
+STARTUP_RETRY_S = 10
+DISABLED_BODY = {
+    "code": "MCP_DISABLED",
+    "message": "The MCP endpoint is turned off on this server; retrying will not help.",
+    "retryable": False,
+}
 
 
 async def send_json(
@@ -129,10 +143,38 @@ class McpEndpoint:
         self._limiter: ConcurrencyLimiter | None = None
         self._db: QueryDatabase | None = None
         self._auth_limiter: anyio.CapacityLimiter | None = None
+        self._entry = EntryWatch()
+        self._state = "starting"  # "starting" → "ready", or "failed" (retried) → "starting" → …
+        self._retry: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
+        """Start the endpoint. Never raises: a failure is logged, the partly started pieces are closed,
+        ``/mcp`` answers 503 retryable, and start-up is retried in the background (issue 23 item 15)."""
         if not settings.TJWATER_MCP_ENABLED:
             return
+        await self._entry.start()
+        if not await self._attempt_startup():
+            self._retry = asyncio.get_running_loop().create_task(self._retry_startup())
+
+    async def _attempt_startup(self) -> bool:
+        self._state = "starting"
+        try:
+            await self._start()
+        except Exception:  # noqa: BLE001 - any start-up fault: logged for operators, REST keeps serving
+            logger.exception("MCP endpoint start-up failed; /mcp answers 503 and start-up is retried")
+            await self._close()
+            self._state = "failed"
+            return False
+        self._state = "ready"
+        return True
+
+    async def _retry_startup(self) -> None:
+        while True:
+            await asyncio.sleep(STARTUP_RETRY_S)
+            if await self._attempt_startup():
+                return
+
+    async def _start(self) -> None:
         catalog = build_catalog()
         self._limiter = limiter_from_settings()
         self._auth_limiter = anyio.CapacityLimiter(AUTH_THREADS)
@@ -171,6 +213,17 @@ class McpEndpoint:
         gc.freeze()
 
     async def shutdown(self) -> None:
+        if self._retry is not None:
+            self._retry.cancel()
+            try:
+                await self._retry
+            except asyncio.CancelledError:
+                pass
+            self._retry = None
+        await self._entry.stop()
+        await self._close()
+
+    async def _close(self) -> None:
         if self._stack is not None:
             logger.info("MCP endpoint stopping")
             await self._stack.aclose()
@@ -184,15 +237,26 @@ class McpEndpoint:
             self._db = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if not settings.TJWATER_MCP_ENABLED:
-            await send_json(
-                send,
-                503,
-                {"error": "mcp_disabled", "message": "The MCP endpoint is not enabled on this server."},
-            )
+        if not (settings.TJWATER_MCP_ENABLED and self._entry.enabled):
+            # Turned off by an operator (configuration or ``manage.py mcp_entry off``): retrying will not help.
+            await send_json(send, 503, DISABLED_BODY)
             return
         if scope["path"] == PRM_PATH:
             await self._protected_resource_metadata(scope, send)
+            return
+        if self._state != "ready" or self._exchange is None:
+            # Starting, or start-up failed and will be retried: REST is unaffected; the client may retry.
+            message = (
+                "The MCP endpoint is starting; retry shortly."
+                if self._state == "starting"
+                else "The MCP endpoint could not start and is retrying; retry later."
+            )
+            await send_json(
+                send,
+                503,
+                {"code": "MCP_UNAVAILABLE", "message": message, "retryable": True},
+                [(b"retry-after", str(STARTUP_RETRY_S).encode()), (b"cache-control", b"no-store")],
+            )
             return
         await self._mcp(scope, receive, send)
 
@@ -253,8 +317,6 @@ class McpEndpoint:
             )
             await send({"type": "http.response.body", "body": failure.payload()})
             return
-        if self._exchange is None:
-            await send_json(send, 503, {"error": "mcp_unavailable", "message": "The MCP endpoint is starting."})
-            return
+        assert self._exchange is not None  # checked in __call__: the endpoint is ready
         scope[TOKEN_SCOPE_KEY] = token
         await self._exchange(scope, receive, send)

@@ -285,10 +285,12 @@ class Dispatcher:
             outcome = "cancelled"
             scope = call.scope
             audit.info(
-                "mcp call cancelled backend_cancel_sent=%s principal=%s project=%s tool=%s",
+                "mcp call cancelled backend_cancel_sent=%s principal=%s project=%s task=%s run=%s tool=%s",
                 bool(call.execution and call.execution.cancel_sent),
                 scope.principal_id if scope else "-",
                 scope.project_id if scope else "-",
+                _task_id(scope),
+                _run_id(scope),
                 name,
             )
             raise
@@ -303,9 +305,11 @@ class Dispatcher:
             await lease.release()
             scope = call.scope
             logger.info(
-                "mcp call principal=%s project=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
+                "mcp call principal=%s project=%s task=%s run=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
                 scope.principal_id if scope else "-",
                 scope.project_slug if scope else "-",
+                _task_id(scope),
+                _run_id(scope),
                 name,
                 (time.monotonic() - started) * 1000,
                 rows,
@@ -427,12 +431,24 @@ class Dispatcher:
             raise resource_internal_error() from None
         finally:
             logger.info(
-                "mcp resource read principal=%s project=%s duration_ms=%.1f outcome=%s",
+                "mcp resource read principal=%s project=%s task=%s run=%s duration_ms=%.1f outcome=%s",
                 scope.principal_id if scope else "-",
                 scope.project_slug if scope else "-",
+                _task_id(scope),
+                _run_id(scope),
                 (time.monotonic() - started) * 1000,
                 outcome,
             )
+
+
+def _task_id(scope: QueryScope | None) -> int | str:
+    """The bound task of a call's log line (seed 001: logs keep principal, project, task, run, …); "-"
+    for an unresolved call or a context without a task."""
+    return scope.task_id if scope is not None and scope.task_id is not None else "-"
+
+
+def _run_id(scope: QueryScope | None) -> int | str:
+    return scope.run_id if scope is not None and scope.run_id is not None else "-"
 
 
 class EarlySlot:

@@ -45,7 +45,8 @@ class Application:
             if message["type"] == "lifespan.startup":
                 try:
                     await self.mcp.startup()
-                except Exception as exc:  # noqa: BLE001 - reported to the server, which refuses to start
+                except Exception as exc:  # noqa: BLE001 - McpEndpoint.startup absorbs MCP faults (REST stays up);
+                    # anything reaching here is a bug of the start-up code itself: the server refuses to start.
                     await send({"type": "lifespan.startup.failed", "message": type(exc).__name__})
                     return
                 await send({"type": "lifespan.startup.complete"})

@@ -10,6 +10,8 @@
 //   - confidential client tjwater-agent-mcp: client_credentials (only mcp.catalog.read) and RFC 8693
 //     token exchange of a user's access token (sub kept, azp=tjwater-agent-mcp, aud=<audience>,
 //     scope "mcp.query mcp.context.bind", or what `scope=` asks for among the three MCP scopes);
+//   - confidential client tjwater-worker: client_credentials; its service token can be exchanged by
+//     tjwater-agent-mcp like a user's (sub = tjwater-worker), for investigations;
 //   - confidential client tjwater-admin: authorization code + PKCE for the Django admin login;
 //   - public client tjwater-host: authorization code + PKCE, how tests get a *user* access token;
 //   - users alice (realm role tjwater-operator) and bob (no role), a real login form;
@@ -43,6 +45,10 @@ const REALM = env.IDP_REALM ?? 'tjwater';
 const REALM_PATH = `/realms/${REALM}`;
 const ADMIN_SECRET = env.IDP_ADMIN_SECRET ?? ''; // empty: the /admin endpoints are off
 const AGENT_SECRET = env.IDP_AGENT_SECRET ?? 'tjwater-agent-mcp-dev-secret';
+const WORKER_SECRET = env.IDP_WORKER_SECRET ?? 'tjwater-worker-dev-secret';
+// Service accounts whose client_credentials tokens tjwater-agent-mcp may exchange (the investigation
+// worker's identity, Keycloak's service-account user; here its `sub` is the client id).
+const SERVICE_ACCOUNTS = new Set(['tjwater-worker']);
 const ADMIN_CLIENT_SECRET = env.IDP_ADMIN_CLIENT_SECRET ?? 'tjwater-admin-dev-secret';
 const OPERATOR_ROLE = env.IDP_OPERATOR_ROLE ?? 'tjwater-operator';
 const ACCESS_TOKEN_TTL = Number(env.IDP_ACCESS_TOKEN_TTL ?? 300);
@@ -129,6 +135,16 @@ function buildProvider(issuer) {
         token_endpoint_auth_method: 'client_secret_basic',
       },
       {
+        // The investigation worker's own client: its service token is the product credential the agent
+        // host exchanges for an /mcp token (seed 001 "后台调查不依赖浏览器").
+        client_id: 'tjwater-worker',
+        client_secret: WORKER_SECRET,
+        grant_types: ['client_credentials'],
+        response_types: [],
+        redirect_uris: [],
+        token_endpoint_auth_method: 'client_secret_basic',
+      },
+      {
         client_id: 'tjwater-admin',
         client_secret: ADMIN_CLIENT_SECRET,
         grant_types: ['authorization_code'],
@@ -178,7 +194,7 @@ function buildProvider(issuer) {
         // JWT for a resource server. tjwater-host users get a token for the host, not for /mcp.
         defaultResource: (ctx, client) => {
           if (client.clientId === 'tjwater-admin') return undefined;
-          if (client.clientId === 'tjwater-host') return HOST_RESOURCE;
+          if (client.clientId === 'tjwater-host' || client.clientId === 'tjwater-worker') return HOST_RESOURCE;
           return MCP_RESOURCE;
         },
         useGrantedResource: () => true,
@@ -282,7 +298,10 @@ function buildProvider(issuer) {
       } catch {
         throw new errors.InvalidGrant('subject_token is invalid');
       }
-      if (!USERS_BY_SUB[subject.sub]) throw new errors.InvalidGrant('subject_token does not name a user');
+      const serviceAccount = SERVICE_ACCOUNTS.has(subject.sub) && subject.client_id === subject.sub;
+      if (!USERS_BY_SUB[subject.sub] && !serviceAccount) {
+        throw new errors.InvalidGrant('subject_token does not name a user or a service account');
+      }
 
       // Default: the delegated scopes. A client may ask for the catalog scope as well (an SDK client
       // lists tools before it calls one, to validate the result against the tool's outputSchema).

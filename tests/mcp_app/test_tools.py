@@ -14,6 +14,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from referencing import Registry
 
+from queries.registry import tools_by_name
 from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import PROJECT_SLUG, handle, token
 
@@ -59,6 +60,28 @@ def test_tools_list_schemas(mcp_server: ServerProcess) -> None:
         assert "context_handle" in schema["required"]
         assert not {"project", "project_id", "principal"} & set(schema["properties"])
         assert tool.annotations is not None and tool.annotations.destructive_hint in (False, None)
+
+
+def test_evidence_saving_tools_say_not_read_only_and_not_destructive(mcp_server: ServerProcess) -> None:
+    """Seed 001 / R-TOOL-2 (issue 23 item 13): a tool that may append evidence is declared
+    ``readOnlyHint=false`` and ``destructiveHint=false`` — both explicitly, as the client sees them on
+    the wire; a tool that never saves evidence is ``readOnlyHint=true``."""
+
+    async def body(client: Client) -> Any:
+        return await client.list_tools()
+
+    specs = tools_by_name()
+    listing = run_client(mcp_server, body)
+    hints = {
+        tool.name: (tool.annotations.read_only_hint, tool.annotations.destructive_hint)
+        for tool in listing.tools
+        if tool.annotations is not None
+    }
+    assert set(hints) == {tool.name for tool in listing.tools}
+    saving = {name for name in hints if specs[name].evidence_allowed}
+    assert {"get_element_properties", "list_elements"} <= saving
+    assert {name: hints[name] for name in saving} == {name: (False, False) for name in saving}
+    assert {name: hints[name][0] for name in set(hints) - saving} == {name: True for name in set(hints) - saving}
 
 
 CALLS: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], None]]] = [

@@ -19,10 +19,37 @@ def test_mcp_is_503_when_disabled(start_server: Callable[..., ServerProcess]) ->
     server = start_server(TJWATER_MCP_ENABLED="0")
     response = httpx2.post(f"{server.url}/mcp", json={}, timeout=5)
     assert response.status_code == 503
-    assert response.json()["error"] == "mcp_disabled"
+    # The body of every refusal (code, message, retryable); turned off by an operator: retrying won't help.
+    assert response.json() == {
+        "code": "MCP_DISABLED",
+        "message": "The MCP endpoint is turned off on this server; retrying will not help.",
+        "retryable": False,
+    }
+    assert "retry-after" not in response.headers
     # Django still serves everything else from the same process.
     assert httpx2.get(f"{server.url}/healthz", timeout=5).status_code == 200
     assert httpx2.get(f"{server.url}/admin/login/", timeout=5).status_code == 200
+
+
+def test_a_failed_mcp_start_up_keeps_rest_serving(start_server: Callable[..., ServerProcess]) -> None:
+    """Issue 23 item 15: /mcp failing to start never takes REST down. A real start-up fault: a query pool
+    of size 0 (psycopg_pool refuses it when /mcp builds its pool). The process serves Django as usual;
+    /mcp answers 503 retryable with Retry-After, in the shape of every other refusal."""
+    server = start_server(TJWATER_MCP_DB_POOL_SIZE="0")
+    assert httpx2.get(f"{server.url}/healthz", timeout=5).status_code == 200
+    rest = httpx2.post(f"{server.url}/api/v1/mcp-query-contexts", json={}, timeout=5)
+    assert (rest.status_code, rest.json()["code"]) == (401, "AUTHENTICATION_REQUIRED")
+    response = httpx2.post(
+        f"{server.url}/mcp", json=rpc_body("server/discover"), headers=rpc_headers("server/discover", None), timeout=5
+    )
+    assert response.status_code == 503
+    assert response.json() == {
+        "code": "MCP_UNAVAILABLE",
+        "message": "The MCP endpoint could not start and is retrying; retry later.",
+        "retryable": True,
+    }
+    assert response.headers["retry-after"] == "10"
+    assert "MCP endpoint start-up failed" in server.log()
 
 
 def test_lifespan_completes_and_shutdown_is_clean(start_server: Callable[..., ServerProcess]) -> None:

@@ -284,3 +284,33 @@ def test_make_run_passes_the_demo_configuration_itself() -> None:
     for line in ("export DEBUG=${DEBUG:-1}", "export TJWATER_MCP_ENABLED=${TJWATER_MCP_ENABLED:-1}",
                  "export TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1}"):  # fmt: skip
         assert line in script
+
+
+def _settings_env_reads() -> set[str]:
+    """Every variable ``tjwater/settings.py`` reads: the first argument of each ``env.<cast>("NAME", …)``
+    call (django-environ), found in the syntax tree so a new read cannot hide behind formatting."""
+    import ast
+
+    tree = ast.parse((ROOT / "tjwater" / "settings.py").read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "env"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            names.add(node.args[0].value)
+    return names
+
+
+def test_env_example_documents_every_setting_the_code_reads() -> None:
+    """Issue 23 item 17: ``.env.example`` lists every variable settings read, and nothing they do not."""
+    documented = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", (ROOT / ".env.example").read_text(), re.MULTILINE))
+    reads = _settings_env_reads()
+    assert len(reads) > 40  # the parser found the reads (not an empty set that trivially matches)
+    assert sorted(reads - documented) == []
+    assert sorted(documented - reads) == []
