@@ -85,30 +85,59 @@ class _NotCacheable(Exception):
     """The statement's shape cannot be described safely: compile it on every call."""
 
 
-def _sentinel_like(value: Any, n: int) -> Any:
-    """A sentinel of ``value``'s type (and, for a datetime, its time zone)."""
-    sentinel = _sentinel(type(value), n)
+def _sentinel_like(value: Any, n: int, family: int = 0, avoid: frozenset[Any] = frozenset()) -> Any:
+    """A sentinel of ``value``'s type (and, for a datetime, its time zone), from one of three families
+    (``Template``): 0 large, 1 negative or far in the other direction, 2 small — never a value in
+    ``avoid``."""
+    sentinel = _sentinel(type(value), n, family, avoid)
     if type(value) is datetime:
         sentinel = sentinel.replace(tzinfo=value.tzinfo)
     return sentinel
 
 
-def _sentinel(kind: type, n: int) -> Any:
+def _sentinel(kind: type, n: int, family: int = 0, avoid: frozenset[Any] = frozenset()) -> Any:
     """A value of the same type as a filter value, unique within one statement (fits int4 and text)."""
+    if family == 2:  # small values: what a clamp or a threshold leaves alone when the large ones are cut
+        step = 0
+        while True:
+            candidate = _small(kind, n + step * 64)
+            if (type(candidate), candidate) not in avoid:
+                return candidate
+            step += 1
+    sign = -1 if family == 1 else 1
     if kind is int:
-        return 1_000_003_000 + n
+        return sign * (1_000_003_000 + n)
     if kind is str:
-        return f"\ue000tjwater-sentinel-{n}\ue000"
+        return f"\ue000tjwater-sentinel-{family}-{n}\ue000"
     if kind is float:
-        return 1.0e300 + n * 1.0e285
+        return sign * (1.0e300 + n * 1.0e285)
     if kind is Decimal:
-        return Decimal(f"9876543210.{n:06d}")
+        return sign * Decimal(f"9876543210.{n:06d}")
     if kind is datetime:  # aware (USE_TZ): a naive one makes Django warn on every compile
-        return datetime(2999, 1, 1, 0, 0, 0, n, tzinfo=UTC)
+        return datetime(2999 if family == 0 else 1901, 1, 1, 0, 0, 0, n, tzinfo=UTC)
     if kind is date:
-        return date(2999, 1, 1 + n) if n < 28 else date(2998, 1 + n % 12, 1 + n % 28)
+        year = 2999 if family == 0 else 1901
+        return date(year, 1, 1 + n) if n < 28 else date(year - 1, 1 + n % 12, 1 + n % 28)
     if kind is UUID:
-        return UUID(int=0xE000_0000_0000_0000_0000_0000_0000_0000 + n)
+        return UUID(int=(0xE000 if family == 0 else 0x1000) * 2**112 + n)
+    raise _NotCacheable
+
+
+def _small(kind: type, n: int) -> Any:
+    if kind is int:
+        return 2 + n
+    if kind is str:
+        return f"s{n}"
+    if kind is float:
+        return 0.5 + n
+    if kind is Decimal:
+        return Decimal(2 + n) / 4
+    if kind is datetime:
+        return datetime(2000, 1, 1, 0, 0, 0, n, tzinfo=UTC)
+    if kind is date:
+        return date(2000, 1 + n % 12, 1 + n % 28)
+    if kind is UUID:
+        return UUID(int=2 + n)
     raise _NotCacheable
 
 
@@ -488,35 +517,54 @@ class StatementCompiler:
 class Template:
     """A statement written with the ORM once and bound many times: ``factory(*args)`` must build the same
     statement shape for any arguments of the example's types, each argument reaching the SQL unchanged
-    as one parameter. Proved at creation by compiling the example and two sets of unique sentinels: the
-    SQL must be identical, and every parameter must be the same argument in both sentinel compiles (and
-    equal the example's value), or the same constant in all three (e.g. the bound LIMIT) — else
-    ``ValueError`` (the factory is not a template). ``bind(*args)`` then costs no ORM work at all."""
+    as one parameter. ``bind(*args)`` then costs no ORM work at all.
+
+    The rules a factory must follow (``queries.plan.prepared`` documents them for service authors): it
+    passes each argument into the statement unchanged (no ``min``/``max``, rounding, defaults or other
+    transformation), never decides the statement's shape from an argument's value (no ``if`` on a value,
+    no value-dependent column or lookup — put such a choice in a static argument, which keys its own
+    template), and uses every argument.
+
+    Proved at creation by compiling the example and three sentinel sets (large, negative or far, and
+    small values that avoid every constant seen): the SQL must be identical in all four; every parameter
+    must be the same argument in all three sentinel compiles (and equal the example's value), or the
+    same constant in all four (e.g. the bound LIMIT; a constant equal to one of the example's arguments
+    is accepted only because the small sentinels, whose values differ, gave it too); and every argument
+    must reach the SQL — else ``ValueError`` (the factory is not a template). A factory that clamps an
+    argument fails the small set or leaves that argument unused; one that branches on a threshold or a
+    sign fails the SQL comparison. A branch on one specific value (``if kind == "pipe"``) cannot be
+    found by probing: that is what the rules above forbid."""
 
     def __init__(self, factory: Callable[..., Statement], *example: Any) -> None:
         kinds = tuple(type(a) for a in example)
-        first = [_sentinel_like(a, i) for i, a in enumerate(example)]
-        second = [_sentinel_like(a, i + len(example)) for i, a in enumerate(example)]
+        count = len(example)
+        large = [_sentinel_like(a, i, 0) for i, a in enumerate(example)]
+        far = [_sentinel_like(a, i, 1) for i, a in enumerate(example)]
         real = _compile_whole(factory(*example))
-        probe = _compile_whole(factory(*first))
-        probe2 = _compile_whole(factory(*second))
-        if (
-            real.shape is None
-            or not (probe.sql == probe2.sql == real.sql)
-            or not (len(probe.params) == len(probe2.params) == len(real.params))
-        ):
+        probes = [_compile_whole(factory(*large)), _compile_whole(factory(*far))]
+        constants = frozenset(
+            (type(p), p)
+            for p, q in zip(probes[0].params, probes[1].params, strict=False)
+            if type(p) is type(q) and p == q
+        )
+        small = [_sentinel_like(a, i, 2, constants) for i, a in enumerate(example)]
+        probes.append(_compile_whole(factory(*small)))
+        if real.shape is None or any(p.sql != real.sql or len(p.params) != len(real.params) for p in probes):
             raise ValueError("the statement's SQL depends on the template's arguments")
-        index = {(type(v), v): i for i, v in enumerate(first)}
-        index2 = {(type(v), v): i for i, v in enumerate(second)}
+        indexes = [{(type(v), v): i for i, v in enumerate(values)} for values in (large, far, small)]
         param_map: list[int | tuple[Any]] = []
-        for p, p2, r in zip(probe.params, probe2.params, real.params, strict=True):
-            i, j = index.get((type(p), p)), index2.get((type(p2), p2))
-            if i is not None and i == j and type(r) is kinds[i] and r == example[i]:
+        for r, *sentinel_params in zip(real.params, *(p.params for p in probes), strict=True):
+            found = {index.get((type(p), p)) for index, p in zip(indexes, sentinel_params, strict=True)}
+            i = found.pop() if len(found) == 1 else None
+            if i is not None and type(r) is kinds[i] and r == example[i]:
                 param_map.append(i)
-            elif i is None and j is None and type(p) is type(p2) is type(r) and p == p2 == r:
+            elif found == set() and i is None and all(type(p) is type(r) and p == r for p in sentinel_params):
                 param_map.append((r,))  # a constant of the factory, whatever the arguments
             else:
                 raise ValueError("the statement has parameters that are not the template's arguments")
+        unused = sorted(set(range(count)) - {m for m in param_map if type(m) is int})
+        if unused:
+            raise ValueError(f"template arguments {unused} do not reach the statement unchanged")
         self.kinds = kinds
         self.sql = real.sql
         self.param_map = tuple(param_map)

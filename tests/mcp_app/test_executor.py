@@ -219,6 +219,32 @@ def test_template_refuses_a_factory_whose_sql_depends_on_its_arguments() -> None
         template.bind(5)
 
 
+def test_template_refuses_factories_that_clamp_or_branch_on_a_value() -> None:
+    """Issue 17 item 5: two deliberately bad factories that the earlier proof accepted. A clamp first
+    called with its bound (100) compiled ``LIMIT 100`` for the example and both (large) sentinel sets, so
+    it was taken for a constant and ``bind(…, 5)`` sent ``LIMIT 100``; a factory that picks its column by
+    a threshold bound the wrong column for small values."""
+    from queries.models import ELEMENT_MODELS
+
+    pipe = ELEMENT_MODELS["pipe"]
+
+    def clamped(project_id: int, limit: int) -> Any:
+        return pipe.objects.filter(project_id=project_id).values("element_id")[: min(limit, 100)]
+
+    def by_threshold(project_id: int, value: int) -> Any:
+        column = "length" if value > 1000 else "diameter"
+        return pipe.objects.filter(project_id=project_id, **{f"{column}__gte": value}).values("element_id")[:5]
+
+    for factory, example in ((clamped, (1, 100)), (clamped, (7, 250)), (by_threshold, (1, 5000))):
+        with pytest.raises(ValueError):
+            Template(factory, *example)
+    # A factory that follows the rules stays a template, even when a constant (LIMIT 1) equals an argument.
+    honest = Template(
+        lambda pid, eid: pipe.objects.filter(project_id=pid, element_id=eid).values("element_id")[:1], 1, "L"
+    )
+    assert honest.bind(5, "LINK-9").params == ("LINK-9", 5, 1)
+
+
 def test_a_prepared_statement_is_built_once_per_shape_and_then_only_bound() -> None:
     from queries.models import ELEMENT_MODELS
     from queries.plan import execute_sync, prepared
