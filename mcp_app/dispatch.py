@@ -215,8 +215,9 @@ class Dispatcher:
         lease = self.db.lease()
         handle = args.get("context_handle")
         # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
-        # the critical path), when an earlier call of this handle named the tenant (``TenantHints``).
-        early = self.tenants.early_acquire(self.limiter, handle) if self.db.tool_slot_free() else None
+        # the critical path), when an earlier call of this handle *with this token identity* named the
+        # tenant (``TenantHints``).
+        early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
         try:
             try:
                 scope = await resolve_scope_async(token=token, handle=handle, tool_name=name, fetch=lease.fetch)
@@ -450,31 +451,43 @@ class TenantHints:
     whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
     one round trip at most), and one that resolves to another tenant gives it back and asks again. A
     handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
-    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first."""
+    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first.
+
+    A hint is used only by a token of the identity it was learned from — (issuer, sub, azp), the three a
+    binding is matched on (R-CTX-3). Anyone else presenting the handle (a leaked or guessed one) is
+    refused by the resolution anyway, and must not take the owner's slots meanwhile: flooding another's
+    handle would otherwise hold the owner's slots for a round trip per request and starve the owner
+    (issue 17 item 1)."""
 
     MAX_HINTS = 10_000
 
     def __init__(self) -> None:
-        self._tenants: dict[str, tuple[int, int]] = {}
+        # handle hash → (tenant, the token identity the handle resolved for)
+        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str]]] = {}
 
     @staticmethod
     def _key(handle: object) -> str | None:
         return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
 
-    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object) -> EarlySlot | None:
+    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object, token: VerifiedToken) -> EarlySlot | None:
         key = self._key(handle)
-        tenant = self._tenants.get(key) if key is not None else None
-        if tenant is None:
+        hint = self._tenants.get(key) if key is not None else None
+        if hint is None:
+            return None
+        tenant, identity = hint
+        if identity != (token.issuer, token.subject, token.client_id):
             return None
         return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
 
     def learn(self, handle: object, scope: QueryScope) -> None:
+        """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
+        token (its issuer, subject and client are the token's)."""
         key = self._key(handle)
         if key is None or key in self._tenants:
             return
         if len(self._tenants) >= self.MAX_HINTS:
             self._tenants.pop(next(iter(self._tenants)))
-        self._tenants[key] = (scope.principal_id, scope.project_id)
+        self._tenants[key] = ((scope.principal_id, scope.project_id), (scope.issuer, scope.subject, scope.client_id))
 
 
 class _Call:
