@@ -19,9 +19,10 @@ and 2 Redis round trips (acquire, release) per one-statement tool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -59,7 +60,12 @@ from mcp_app.errors import (
 from mcp_app.executor import ConnectionLease, Execution, QueryDatabase, run_plan
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
-from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
+from mcp_app.resources import (
+    check_cursor,
+    evidence_call_result,
+    list_evidence_resources,
+    read_evidence_resource,
+)
 from queries.access import may_use
 from queries.arguments import bad_text_path
 
@@ -387,11 +393,32 @@ class Dispatcher:
         handle that fails is refused like a read (-32602 with the business code)."""
         if not (meta or {}).get(RESOURCE_HANDLE_META_KEY):
             return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
+        check_cursor(cursor)  # the client's error before anything is held
         try:
             scope = await self.resource_scope(token=token, meta=meta)
+            async with self.slots(scope):
+                return await list_evidence_resources(scope, cursor)
         except ApplicationError as exc:
             raise resource_refused("", exc) from None
-        return await list_evidence_resources(scope, cursor)
+
+    @contextlib.asynccontextmanager
+    async def slots(self, scope: QueryScope) -> AsyncIterator[None]:
+        """The limits a ``tools/call`` runs under, for the resources methods (issue 17 item 8, R-PAGE-7):
+        one of the process's tool slots (full → ``RATE_LIMITED`` after the same short wait), then the
+        tenant's Redis slot (over → ``RATE_LIMITED``; Redis down → ``DATA_SOURCE_UNAVAILABLE``), held
+        while the evidence is read and parsed in a worker thread (a thread that was started finishes
+        before the slots go: anyio does not abandon it on cancellation)."""
+        if not await self.db.take_tool_slot():
+            raise ServerBusy("The server is at its query capacity; retry shortly.")
+        try:
+            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            try:
+                yield
+            finally:
+                if not self.limiter.release_soon(lease):
+                    await self.limiter.release(lease)
+        finally:
+            self.db.give_tool_slot()
 
     async def read_resource(
         self, *, token: VerifiedToken, uri: str, meta: Mapping[str, Any] | None
@@ -405,7 +432,8 @@ class Dispatcher:
         outcome = "not_found"
         try:
             scope = await self.resource_scope(token=token, meta=meta)
-            read = await read_evidence_resource(scope, uri)
+            async with self.slots(scope):
+                read = await read_evidence_resource(scope, uri)
             outcome = "ok"
             return read
         except MCPError:
