@@ -344,16 +344,16 @@ class Dispatcher:
             try:
                 if conn is None:
                     conn = await db.checkout()
+                call.execution = execution = Execution(conn, db)
                 try:
-                    call.execution = Execution(conn)
                     if session is not None:
                         await session.report_progress(0, 1, "query started")
-                    result = await run_plan(entry.spec.invoke(scope, args), call.execution, db.compiler)
+                    result = await run_plan(entry.spec.invoke(scope, args), execution, db.compiler)
                     if session is not None:
                         await session.report_progress(1, 1, "query finished")
                     return result
                 finally:
-                    await db.give_back(conn)
+                    await db.give_back(execution.conn)  # a replacement if the first was found broken
             finally:
                 # The statement has stopped and the connection is back: the slot goes now. A finished
                 # call writes the release without waiting for the reply; a cancelled one waits for it.
