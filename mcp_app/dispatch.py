@@ -19,9 +19,10 @@ and 2 Redis round trips (acquire, release) per one-statement tool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -60,7 +61,12 @@ from mcp_app.errors import (
 from mcp_app.executor import ConnectionLease, Execution, QueryDatabase, run_plan
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
-from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
+from mcp_app.resources import (
+    check_cursor,
+    evidence_call_result,
+    list_evidence_resources,
+    read_evidence_resource,
+)
 from queries.arguments import bad_text_path
 
 logger = logging.getLogger("tjwater.mcp")
@@ -216,8 +222,9 @@ class Dispatcher:
         lease = self.db.lease()
         handle = args.get("context_handle")
         # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
-        # the critical path), when an earlier call of this handle named the tenant (``TenantHints``).
-        early = self.tenants.early_acquire(self.limiter, handle) if self.db.tool_slot_free() else None
+        # the critical path), when an earlier call of this handle *with this token identity* named the
+        # tenant (``TenantHints``).
+        early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
         try:
             try:
                 scope = await resolve_scope_async(token=token, handle=handle, fetch=lease.fetch)
@@ -350,16 +357,16 @@ class Dispatcher:
             try:
                 if conn is None:
                     conn = await db.checkout()
+                call.execution = execution = Execution(conn, db)
                 try:
-                    call.execution = Execution(conn)
                     if session is not None:
                         await session.report_progress(0, 1, "query started")
-                    result = await run_plan(entry.spec.invoke(scope, args), call.execution, db.compiler)
+                    result = await run_plan(entry.spec.invoke(scope, args), execution, db.compiler)
                     if session is not None:
                         await session.report_progress(1, 1, "query finished")
                     return result
                 finally:
-                    await db.give_back(conn)
+                    await db.give_back(execution.conn)  # a replacement if the first was found broken
             finally:
                 # The statement has stopped and the connection is back: the slot goes now. A finished
                 # call writes the release without waiting for the reply; a cancelled one waits for it.
@@ -399,11 +406,32 @@ class Dispatcher:
         handle that fails is refused like a read (-32602 with the business code)."""
         if not (meta or {}).get(RESOURCE_HANDLE_META_KEY):
             return types.ListResourcesResult(resources=[], ttl_ms=0, cache_scope="private")
+        check_cursor(cursor)  # the client's error before anything is held
         try:
             scope = await self.resource_scope(token=token, meta=meta)
+            async with self.slots(scope):
+                return await list_evidence_resources(scope, cursor)
         except ApplicationError as exc:
             raise resource_refused("", exc) from None
-        return await list_evidence_resources(scope, cursor)
+
+    @contextlib.asynccontextmanager
+    async def slots(self, scope: QueryScope) -> AsyncIterator[None]:
+        """The limits a ``tools/call`` runs under, for the resources methods (issue 17 item 8, R-PAGE-7):
+        one of the process's tool slots (full → ``RATE_LIMITED`` after the same short wait), then the
+        tenant's Redis slot (over → ``RATE_LIMITED``; Redis down → ``DATA_SOURCE_UNAVAILABLE``), held
+        while the evidence is read and parsed in a worker thread (a thread that was started finishes
+        before the slots go: anyio does not abandon it on cancellation)."""
+        if not await self.db.take_tool_slot():
+            raise ServerBusy("The server is at its query capacity; retry shortly.")
+        try:
+            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            try:
+                yield
+            finally:
+                if not self.limiter.release_soon(lease):
+                    await self.limiter.release(lease)
+        finally:
+            self.db.give_tool_slot()
 
     async def read_resource(
         self, *, token: VerifiedToken, uri: str, meta: Mapping[str, Any] | None
@@ -417,7 +445,8 @@ class Dispatcher:
         outcome = "not_found"
         try:
             scope = await self.resource_scope(token=token, meta=meta)
-            read = await read_evidence_resource(scope, uri)
+            async with self.slots(scope):
+                read = await read_evidence_resource(scope, uri)
             outcome = "ok"
             return read
         except MCPError:
@@ -475,31 +504,43 @@ class TenantHints:
     whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
     one round trip at most), and one that resolves to another tenant gives it back and asks again. A
     handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
-    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first."""
+    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first.
+
+    A hint is used only by a token of the identity it was learned from — (issuer, sub, azp), the three a
+    binding is matched on (R-CTX-3). Anyone else presenting the handle (a leaked or guessed one) is
+    refused by the resolution anyway, and must not take the owner's slots meanwhile: flooding another's
+    handle would otherwise hold the owner's slots for a round trip per request and starve the owner
+    (issue 17 item 1)."""
 
     MAX_HINTS = 10_000
 
     def __init__(self) -> None:
-        self._tenants: dict[str, tuple[int, int]] = {}
+        # handle hash → (tenant, the token identity the handle resolved for)
+        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str]]] = {}
 
     @staticmethod
     def _key(handle: object) -> str | None:
         return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
 
-    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object) -> EarlySlot | None:
+    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object, token: VerifiedToken) -> EarlySlot | None:
         key = self._key(handle)
-        tenant = self._tenants.get(key) if key is not None else None
-        if tenant is None:
+        hint = self._tenants.get(key) if key is not None else None
+        if hint is None:
+            return None
+        tenant, identity = hint
+        if identity != (token.issuer, token.subject, token.client_id):
             return None
         return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
 
     def learn(self, handle: object, scope: QueryScope) -> None:
+        """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
+        token (its issuer, subject and client are the token's)."""
         key = self._key(handle)
         if key is None or key in self._tenants:
             return
         if len(self._tenants) >= self.MAX_HINTS:
             self._tenants.pop(next(iter(self._tenants)))
-        self._tenants[key] = (scope.principal_id, scope.project_id)
+        self._tenants[key] = ((scope.principal_id, scope.project_id), (scope.issuer, scope.subject, scope.client_id))
 
 
 class _Call:

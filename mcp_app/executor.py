@@ -590,14 +590,23 @@ class CallCancelled(Exception):
 
 
 class Execution:
-    """The running statements of one call on one pooled connection (cancellation bookkeeping)."""
+    """The running statements of one call on one pooled connection (cancellation bookkeeping).
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.conn = conn
+    With its ``db``, a statement that finds the connection broken — a PostgreSQL restart or a terminated
+    backend leaves dead connections idle in the pool, each noticed only when used — is run once more on
+    a fresh connection after the pool's idle connections were swept (``QueryDatabase.replace_broken``):
+    every statement is read-only and autocommit, so running it again is safe (issue 17 item 9). The
+    connection the call must give back is ``conn`` (the replacement, once replaced)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Any], db: QueryDatabase | None = None) -> None:
+        self.conn: psycopg.AsyncConnection[Any] | None = conn  # None: given back, no replacement to be had
+        self.db = db
         self.cancelled = False
         self.cancel_sent = False
+        self.replaced = False
 
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        assert self.conn is not None  # set for as long as statements run
         cursor = self.conn.cursor()
         try:
             await cursor.execute(sql, params)
@@ -606,30 +615,14 @@ class Execution:
         finally:
             await cursor.close()
 
-    async def run(self, compiled: Compiled, *, guarded: bool = True) -> Any:
-        """Run one compiled statement. ``guarded`` (tool queries): in a task of its own, so that a
-        cancelled call cancels it in PostgreSQL and waits until it has stopped. Unguarded (the
-        sub-millisecond context resolution, before any slot is held): awaited directly — a cancel then
-        makes psycopg drop the connection, and the pool replaces it."""
-        if self.cancelled:
-            raise CallCancelled
-        if compiled.shape is None:  # nothing can match: no SQL to run
-            return compiled.empty
-        if not guarded:
-            try:
-                return compiled.shape.rows(await self._fetch(compiled.sql, compiled.params))
-            except psycopg.errors.QueryCanceled:
-                raise QueryTimeout() from None
-            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                logger.warning("query database unavailable error_class=%s", type(exc).__name__)
-                raise DataSourceUnavailable() from None
+    async def _guarded(self, compiled: Compiled) -> list[Any]:
         task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params))
         try:
-            raw = await asyncio.shield(task)
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
             self.cancelled = True
             with anyio.CancelScope(shield=True):
-                if not task.done():
+                if not task.done() and self.conn is not None:
                     try:
                         await self.conn.cancel_safe(timeout=2.0)
                         self.cancel_sent = True
@@ -641,12 +634,33 @@ class Execution:
                 except BaseException:  # noqa: BLE001 - QueryCanceled is what we expect
                     pass
             raise
-        except psycopg.errors.QueryCanceled:
-            raise QueryTimeout() from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-            logger.warning("query database unavailable error_class=%s", type(exc).__name__)
-            raise DataSourceUnavailable() from None
-        return compiled.shape.rows(raw)
+
+    async def run(self, compiled: Compiled, *, guarded: bool = True) -> Any:
+        """Run one compiled statement. ``guarded`` (tool queries): in a task of its own, so that a
+        cancelled call cancels it in PostgreSQL and waits until it has stopped. Unguarded (the
+        sub-millisecond context resolution, before any slot is held): awaited directly — a cancel then
+        makes psycopg drop the connection, and the pool replaces it."""
+        if self.cancelled:
+            raise CallCancelled
+        if compiled.shape is None:  # nothing can match: no SQL to run
+            return compiled.empty
+        while True:
+            try:
+                if guarded:
+                    raw = await self._guarded(compiled)
+                else:
+                    raw = await self._fetch(compiled.sql, compiled.params)
+                return compiled.shape.rows(raw)
+            except psycopg.errors.QueryCanceled:
+                raise QueryTimeout() from None
+            except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+                broken = self.conn
+                if self.db is None or self.replaced or broken is None or not broken.closed or self.cancelled:
+                    logger.warning("query database unavailable error_class=%s", type(exc).__name__)
+                    raise DataSourceUnavailable() from None
+                logger.warning("query connection found broken, replaced error_class=%s", type(exc).__name__)
+                self.replaced, self.conn = True, None
+                self.conn = await self.db.replace_broken(broken)  # DataSourceUnavailable when none comes
 
 
 async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompiler) -> R:
@@ -688,6 +702,8 @@ def _connection_kwargs(budget_ms: int, connect_timeout_s: int) -> dict[str, Any]
 
 
 MIN_OPEN = 2
+#: psycopg_pool's ``reconnect_timeout`` for the query pool (see ``QueryDatabase``).
+RECONNECT_TIMEOUT_S = 1.0
 
 
 class QueryDatabase:
@@ -707,6 +723,7 @@ class QueryDatabase:
         self._tool_slots = asyncio.Semaphore(self.tool_slots)
         self._kwargs = _connection_kwargs(int(budget_s * 1000), connect_timeout_s)
         self._geo_infos: list[Any] | None = None
+        self._sweep: asyncio.Future[None] | None = None
         self.pool = AsyncConnectionPool(
             kwargs=self._kwargs,
             # Two kept open, up to ``size`` on demand (kept while busy; idle ones close after 10 min): an
@@ -717,9 +734,12 @@ class QueryDatabase:
             timeout=checkout_timeout_s,
             configure=self._configure,
             # While PostgreSQL is down, calls fail fast (checkout timeout) and the pool retries in the
-            # background; it gives up after 10 s and grows again on the next checkout, so it never
-            # sits in a long back-off once the database is back.
-            reconnect_timeout=10.0,
+            # background: a replacement is tried at once and once more after ~1 s (the pool's back-off),
+            # then given up, and the next checkout grows the pool again. So no attempt ever sleeps in a
+            # back-off longer than ~1 s — with a longer give-up time the back-off doubles (1, 2, 4, 8 s)
+            # and a pool whose connections all wait in it serves nothing for that long after the
+            # database is back (issue 17 item 9: recovery ≤ 2 s).
+            reconnect_timeout=RECONNECT_TIMEOUT_S,
             name="tjwater-mcp-query",
         )
 
@@ -770,6 +790,23 @@ class QueryDatabase:
     def give_tool_slot(self) -> None:
         self._tool_slots.release()
 
+    async def replace_broken(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
+        """``conn`` was found broken: give it back (the pool discards it and connects a replacement),
+        sweep the idle connections (what broke one has usually broken all: a restart), then check out
+        another. The sweep (``AsyncConnectionPool.check``: one empty query per idle connection) runs once
+        for all the calls that meet a broken connection meanwhile, and only then — no call pays a check
+        otherwise."""
+        await self.give_back(conn)
+        sweep = self._sweep
+        if sweep is None or sweep.done():
+            sweep = self._sweep = asyncio.ensure_future(self.pool.check())
+        with anyio.CancelScope(shield=True):
+            try:
+                await asyncio.shield(sweep)
+            except Exception as exc:  # the checkout below still answers for itself
+                logger.warning("query pool sweep failed error_class=%s", type(exc).__name__)
+        return await self.checkout()
+
     async def checkout(self) -> psycopg.AsyncConnection[Any]:
         try:
             return await self.pool.getconn(timeout=self.checkout_timeout_s)
@@ -777,7 +814,9 @@ class QueryDatabase:
             logger.warning("query database unavailable: no connection within %.1f s", self.checkout_timeout_s)
             raise DataSourceUnavailable() from None
 
-    async def give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def give_back(self, conn: psycopg.AsyncConnection[Any] | None) -> None:
+        if conn is None:  # an ``Execution`` that gave its broken connection back and got none
+            return
         with anyio.CancelScope(shield=True):
             await self.pool.putconn(conn)
 
@@ -788,11 +827,11 @@ class QueryDatabase:
     async def fetch(self, statement: Statement | Compiled) -> Any:
         """Run one statement (e.g. the context resolution) on a pooled connection."""
         compiled = statement if isinstance(statement, Compiled) else self.compiler.compile(statement)
-        conn = await self.checkout()
+        execution = Execution(await self.checkout(), self)
         try:
-            return await Execution(conn).run(compiled, guarded=False)
+            return await execution.run(compiled, guarded=False)
         finally:
-            await self.give_back(conn)
+            await self.give_back(execution.conn)
 
 
 class ConnectionLease:
@@ -811,7 +850,11 @@ class ConnectionLease:
         compiled = statement if isinstance(statement, Compiled) else self.db.compiler.compile(statement)
         if self.conn is None:
             self.conn = await self.db.checkout()
-        return await Execution(self.conn).run(compiled, guarded=False)
+        execution = Execution(self.conn, self.db)
+        try:
+            return await execution.run(compiled, guarded=False)
+        finally:
+            self.conn = execution.conn  # the replacement, if the first one was found broken
 
     def take(self) -> psycopg.AsyncConnection[Any] | None:
         """The held connection, now owned by the caller (who gives it back), or None."""

@@ -12,18 +12,25 @@ on Redis's clock (``TIME`` inside the scripts).
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
+import redis.asyncio as aioredis
 from django.conf import settings
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, RedisError
 
 from contexts.errors import DataSourceUnavailable, RateLimited
-from mcp_app.redis_lite import RedisLite, RedisLiteError, ReplyError
 
 logger = logging.getLogger(__name__)
+
+#: Per command: connect and reply timeouts (seconds) of the limiter's Redis client.
+REDIS_TIMEOUT_S = 2.0
 
 # Redis's own clock (TIME inside the script, allowed since Redis 5's effects replication): leases from
 # several hosts are compared on one clock, and acquiring costs one round trip.
@@ -61,41 +68,37 @@ class Lease:
     lease_id: str
 
 
-class _Script:
-    """A Lua script run by ``EVALSHA`` (loaded on the first ``NOSCRIPT``)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-
-    def command(self, keys: list[str], args: list[object]) -> tuple[object, ...]:
-        return ("EVALSHA", self.sha, len(keys), *keys, *args)
-
-    async def __call__(self, redis: RedisLite, keys: list[str], args: list[object]) -> object:
-        try:
-            return await redis.execute(*self.command(keys, args))
-        except ReplyError as exc:
-            if not str(exc).startswith("NOSCRIPT"):
-                raise
-            await redis.execute("SCRIPT", "LOAD", self.source)
-            return await redis.execute(*self.command(keys, args))
+def redis_client(url: str) -> aioredis.Redis:
+    """redis-py's asyncio client (hiredis parses the replies) for ``url``: ``redis://``, ``rediss://``
+    (TLS — credentials never in clear), ``unix://`` and the database index from the path or ``?db=``,
+    all as redis-py reads them. A connection that died while idle (a Redis restart, ``CLIENT KILL``, a
+    dropped link) is noticed when it is taken from the pool and replaced at once; one that dies during a
+    command is retried once on a new connection — never left to wait for the timeout."""
+    return aioredis.Redis.from_url(
+        url,
+        socket_timeout=REDIS_TIMEOUT_S,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+    )
 
 
 class ConcurrencyLimiter:
     """Acquire/release in-flight slots in Redis (one instance per process), on the event loop.
 
-    One round trip to acquire (the Lua script), one to release (ZREM), both on one pipelined connection
-    (``mcp_app.redis_lite``). Live leases are refreshed by one task per process (``run_heartbeat``):
-    every third of the lease time, all of them in one round trip — a call itself costs no task and no
-    timer."""
+    One round trip to acquire (the Lua script, ``EVALSHA``, loaded on the first ``NOSCRIPT``), one to
+    release (``ZREM``, sent without the call waiting for it). Live leases are refreshed by one task per
+    process (``run_heartbeat``): every third of the lease time, all of them in one pipelined round trip
+    — a call itself costs no timer. A retried acquire (the link dropped after the script ran) can hold
+    one extra lease until it expires: fewer slots for a moment, never more."""
 
     def __init__(self, redis_url: str, *, max_concurrent: int, lease_s: float) -> None:
-        self._redis = RedisLite(redis_url, timeout_s=2.0)
-        self._acquire = _Script(_ACQUIRE)
-        self._refresh = _Script(_REFRESH)
+        self._redis = redis_client(redis_url)
+        self._acquire = self._redis.register_script(_ACQUIRE)
+        self._refresh = self._redis.register_script(_REFRESH)
         self.max_concurrent = max_concurrent
         self.lease_ms = int(lease_s * 1000)
         self.live: set[Lease] = set()
+        self._releases: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
     async def acquire(self, principal_id: int, project_id: int) -> Lease:
@@ -103,10 +106,8 @@ class ConcurrencyLimiter:
         when Redis cannot be reached: fail closed)."""
         lease = Lease(key=slot_key(principal_id, project_id), lease_id=secrets.token_hex(12))
         try:
-            acquired = await self._acquire(
-                self._redis, [lease.key], [self.max_concurrent, self.lease_ms, lease.lease_id]
-            )
-        except RedisLiteError as exc:
+            acquired = await self._acquire(keys=[lease.key], args=[self.max_concurrent, self.lease_ms, lease.lease_id])
+        except RedisError as exc:
             logger.warning("concurrency limiter unavailable error_class=%s", type(exc).__name__)
             raise DataSourceUnavailable("The query limiter is temporarily unavailable; retry shortly.") from None
         except asyncio.CancelledError:
@@ -123,28 +124,36 @@ class ConcurrencyLimiter:
         return lease
 
     def release_soon(self, lease: Lease) -> bool:
-        """Give the slot back without waiting for Redis's reply: the ZREM is on the wire before the call
-        answers (and before any later command of this process), so the round trip is off the call's
-        critical path. False when not connected (then ``await release``)."""
-        reply = self._redis.send_nowait("ZREM", lease.key, lease.lease_id)
-        if reply is None:
-            return False
+        """Give the slot back without the call waiting for Redis's reply: the ``ZREM`` is sent by a task
+        of its own (started before the call answers), so the round trip is off the call's critical
+        path. Always True (the signature keeps the fallback to ``await release``)."""
         self.live.discard(lease)
-        reply.add_done_callback(_log_release_failure)
+        task = asyncio.get_running_loop().create_task(self._zrem(lease))
+        self._releases.add(task)  # a strong reference until it is done
+        task.add_done_callback(self._releases.discard)
         return True
+
+    async def _zrem(self, lease: Lease) -> None:
+        try:
+            await self._redis.zrem(lease.key, lease.lease_id)
+        except RedisError as exc:  # the lease then expires on its own
+            logger.warning("slot release failed error_class=%s", type(exc).__name__)
 
     async def release(self, lease: Lease) -> None:
         """Give the slot back (shielded: a cancelled call still releases)."""
         self.live.discard(lease)
         with anyio.CancelScope(shield=True):
-            try:
-                await self._redis.execute("ZREM", lease.key, lease.lease_id)
-            except RedisLiteError as exc:  # the lease then expires on its own
-                logger.warning("slot release failed error_class=%s", type(exc).__name__)
+            await self._zrem(lease)
 
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = asyncio.get_running_loop().create_task(self.run_heartbeat())
+
+    async def _refresh_all(self, leases: list[Lease]) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for lease in leases:
+                pipe.evalsha(self._refresh.sha, 1, lease.key, self.lease_ms, lease.lease_id)
+            return list(await pipe.execute(raise_on_error=False))
 
     async def run_heartbeat(self) -> None:
         """Refresh every live lease every third of the lease time (one pipelined round trip)."""
@@ -154,24 +163,20 @@ class ConcurrencyLimiter:
             if not leases:
                 continue
             try:
-                commands = [self._refresh.command([lease.key], [self.lease_ms, lease.lease_id]) for lease in leases]
-                replies = await self._redis.pipeline(commands)
-                if any(isinstance(r, ReplyError) and str(r).startswith("NOSCRIPT") for r in replies):
-                    await self._redis.execute("SCRIPT", "LOAD", self._refresh.source)
-                    await self._redis.pipeline(commands)
-            except RedisLiteError as exc:
+                replies = await self._refresh_all(leases)
+                if any(isinstance(r, NoScriptError) for r in replies):
+                    await self._redis.script_load(_REFRESH)
+                    await self._refresh_all(leases)
+            except RedisError as exc:
                 logger.warning("slot heartbeat failed error_class=%s", type(exc).__name__)
 
     async def aclose(self) -> None:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
+        if self._releases:
+            await asyncio.gather(*self._releases, return_exceptions=True)
         await self._redis.aclose()
-
-
-def _log_release_failure(reply: asyncio.Future[object]) -> None:
-    if not reply.cancelled() and reply.exception() is not None:  # the lease then expires on its own
-        logger.warning("slot release failed error_class=%s", type(reply.exception()).__name__)
 
 
 def limiter_from_settings() -> ConcurrencyLimiter:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC
 from typing import Any
 
 import anyio
@@ -59,14 +60,36 @@ def _resource(info: reads.SnapshotInfo) -> types.Resource:
     )
 
 
+def invalid_cursor() -> MCPError:
+    return MCPError(code=INVALID_PARAMS, message="Invalid cursor")
+
+
+def check_cursor(cursor: str | None) -> None:
+    """-32602 "Invalid cursor" for anything ``evidence.reads`` did not issue (issue 17 item 4): a cursor
+    is client input, so a crafted one (``[iso, 5]``, ``[iso, {}]``, a naive or out-of-range time, deep
+    nesting, …) is the client's error — never a server fault with a traceback. Decoded with the reader's
+    own ``decode_cursor`` (one format), which raises more than ``InvalidCursor`` on some crafted input;
+    then the time must be one the query can compare (aware, convertible to UTC)."""
+    if not cursor:
+        return
+    try:
+        created, _ = reads.decode_cursor(cursor)
+        if created.tzinfo is None or created.utcoffset() is None:
+            raise reads.InvalidCursor()
+        created.astimezone(UTC)
+    except (reads.InvalidCursor, ValueError, TypeError, AttributeError, OverflowError, RecursionError):
+        raise invalid_cursor() from None
+
+
 async def list_evidence_resources(scope: QueryScope, cursor: str | None) -> types.ListResourcesResult:
     """``resources/list`` for a resolved scope: one page of the bound task's evidence, newest first."""
+    check_cursor(cursor)
     try:
         infos, next_cursor = await anyio.to_thread.run_sync(
             lambda: _closing(reads.list_snapshots, scope=scope, cursor=cursor)
         )
     except reads.InvalidCursor:
-        raise MCPError(code=INVALID_PARAMS, message="Invalid cursor") from None
+        raise invalid_cursor() from None
     return types.ListResourcesResult(
         resources=[_resource(i) for i in infos], next_cursor=next_cursor, ttl_ms=0, cache_scope="private"
     )

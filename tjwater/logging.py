@@ -1,11 +1,13 @@
 """Log hygiene: context handles never reach a log (SPEC R-CTX-5, §10).
 
-The one place a handle appears outside a request body is the path of
-``DELETE /api/v1/mcp-query-contexts/{context_handle}``. Every component that logs request paths
-would print it: uvicorn's access log (the path is in ``record.args``), ``django.request``
-("Not Found: …", "Internal Server Error: …"), ``django.server`` (``manage.py runserver``), a
-traceback. ``RedactHandlePaths`` rewrites ``mcp-query-contexts/<anything>`` to
-``mcp-query-contexts/[redacted]`` in a record's message, arguments, traceback and stack text.
+The one place a handle belongs outside a request body is the path of
+``DELETE /api/v1/mcp-query-contexts/{context_handle}``; a client may also put one in a query string by
+mistake (``/mcp?context_handle=…``, issue 17 item 10 — the server never reads it there). Every component
+that logs request paths would print it: uvicorn's access log (the path and query are in
+``record.args``), ``django.request`` ("Not Found: …", "Internal Server Error: …"), ``django.server``
+(``manage.py runserver``), a traceback. ``RedactHandlePaths`` rewrites ``mcp-query-contexts/<anything>``
+to ``mcp-query-contexts/[redacted]`` and the value of any ``context_handle`` query parameter (also
+percent-encoded, any case) to ``[redacted]`` in a record's message, arguments, traceback and stack text.
 
 It is installed by ``LOGGING_CONFIG = "tjwater.logging.configure"`` (Django runs it at
 ``django.setup()``) in two ways, so it holds however the server is started:
@@ -30,16 +32,23 @@ from typing import Any
 
 HANDLE_PATH = re.compile(r"(mcp-query-contexts)(?:/|%2f)+[^\s\"'<>]*", re.IGNORECASE)
 REDACTED = r"\1/[redacted]"
+# ``context_handle=<value>`` after ``?``/``&``/``;``; the name may be percent-encoded (``context%5Fhandle``)
+# and the ``=`` too (``%3D``): the value runs to the next parameter, fragment, quote or space.
+HANDLE_PARAM = re.compile(r"((?:^|[?&;])context(?:_|%5f)handle(?:=|%3d))[^&;#\s\"'<>]*", re.IGNORECASE)
+REDACTED_PARAM = r"\1[redacted]"
 
 # Loggers that write request paths on their own records.
 PATH_LOGGERS = ("django", "django.request", "django.server", "uvicorn", "uvicorn.error", "uvicorn.access")
 
 
 def redact(text: str) -> str:
-    """``text`` with every context-API path's handle part replaced."""
-    if "query-contexts" not in text.lower():
-        return text
-    return HANDLE_PATH.sub(REDACTED, text)
+    """``text`` with every context-API path's handle part and every ``context_handle`` query value replaced."""
+    lowered = text.lower()
+    if "query-contexts" in lowered:
+        text = HANDLE_PATH.sub(REDACTED, text)
+    if "handle" in lowered:
+        text = HANDLE_PARAM.sub(REDACTED_PARAM, text)
+    return text
 
 
 def _redact_arg(value: Any) -> Any:

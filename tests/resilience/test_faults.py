@@ -130,6 +130,45 @@ def test_postgres_restart_under_load(processes: Processes, world: World, figures
     during = run.outcomes(start=run.marks["fault"], end=run.marks["restored"])
     assert set(during) - {"ok"}, f"the outage was not felt: {during}"
     assert_recovered(run, "postgres restart")
+    assert_tool_calls_back_quickly(run, server)
+
+
+def test_postgres_quick_restart_under_load(processes: Processes, world: World, figures: Figures) -> None:
+    """An operator's restart (fast shutdown, start at once): the dead pooled connections are noticed and
+    replaced (issue 17 item 9) — each caller meets at most one failure from the restart on."""
+    server = processes.server(**SERVER_ENV)
+    run = LoadRun(load_probes([server]), callers=CALLERS)
+
+    async def restart_postgres(run: LoadRun) -> None:
+        await asyncio.sleep(3)
+        run.mark("fault")
+        await asyncio.to_thread(processes.postgres.restart)
+        run.mark("restored")
+
+    asyncio.run(run.run(15, restart_postgres))
+
+    figures.record("faults.postgres_quick_restart", {**run.report(), "recovery_s": run.recovery_s("restored")})
+    assert_honest(run)
+    assert_recovered(run, "postgres quick restart")
+    assert_tool_calls_back_quickly(run, server, since="fault")
+
+
+# After PostgreSQL is back, a tool call succeeds or gets one DATA_SOURCE_UNAVAILABLE, and the MCP query
+# pool has replaced its dead connections within this bound (issue 17 item 9).
+TOOL_RECOVERY_BOUND_S = 2.0
+
+
+def assert_tool_calls_back_quickly(run: LoadRun, server: ServerProcess, since: str = "restored") -> None:
+    """Every element probe recovered within ``TOOL_RECOVERY_BOUND_S`` of the restart, and each of its
+    callers met at most one failure from the ``since`` mark on (``LoadRun`` gives caller ``i`` probe
+    ``i % len(probes)``)."""
+    for index, subject in enumerate(LOAD_PRINCIPALS):
+        probe = f"{server.port}:{subject}"
+        recovery = run.recovery_s("restored", probe)
+        assert recovery is not None and recovery <= TOOL_RECOVERY_BOUND_S, (probe, recovery, run.report(probe))
+        callers = len([i for i in range(run.callers) if i % len(run.probes) == index])
+        after = run.outcomes(probe, start=run.marks[since])
+        assert sum(n for outcome, n in after.items() if outcome != "ok") <= callers, (probe, callers, after)
 
 
 def test_redis_stopped_under_load(processes: Processes, world: World, figures: Figures) -> None:

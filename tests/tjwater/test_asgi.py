@@ -105,3 +105,21 @@ def test_a_star_allowed_host_keeps_the_origin_check(mcp_servers: Callable[..., L
     server = mcp_servers(ALLOWED_HOSTS="*")
     assert _tools_list(server, host="anything.example").status_code == 200
     assert _tools_list(server, host="anything.example", origin="http://evil.example").status_code == 403
+
+
+def test_a_context_handle_in_a_query_string_never_reaches_the_access_log(
+    mcp_servers: Callable[..., LoggingServer],
+) -> None:
+    # Issue 17 item 10: a client that puts its handle in the URL of /mcp (the server never reads it
+    # there) must not have it written by uvicorn's access log (ON here, its default).
+    handle = "Zk3vQ_9x-query-handle-BBBBBBBBBBBBBBBBBBBBBBBB"
+    server = mcp_servers()
+    for query in (f"context_handle={handle}", f"a=1&Context%5Fhandle={handle}&b=2"):
+        headers = rpc_headers("tools/list", None)
+        response = httpx2.post(f"{server.url}/mcp?{query}", json=rpc_body("tools/list"), headers=headers, timeout=10)
+        assert response.status_code == 401
+    server.wait_for_line('"POST /mcp?a=1&Context%5Fhandle=[redacted]&b=2 HTTP/1.1" 401')
+    log = server.log()
+    assert '"POST /mcp?context_handle=[redacted] HTTP/1.1" 401' in log
+    assert '"POST /mcp?a=1&Context%5Fhandle=[redacted]&b=2 HTTP/1.1" 401' in log
+    assert handle not in log

@@ -39,8 +39,32 @@ def test_every_form_of_a_handle_path_is_redacted(path: str) -> None:
 
 
 def test_other_paths_and_the_create_path_are_left_alone() -> None:
-    for text in ("/api/v1/mcp-query-contexts", '"POST /api/v1/mcp-query-contexts HTTP/1.1" 201', "/mcp", "x"):
+    for text in (
+        "/api/v1/mcp-query-contexts",
+        '"POST /api/v1/mcp-query-contexts HTTP/1.1" 201',
+        "/mcp",
+        "x",
+        "/mcp?handle=1&my_context_handle=2",
+        "context_handles are hashed",
+    ):
         assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("query", "redacted"),
+    [
+        (f"/mcp?context_handle={HANDLE}", "/mcp?context_handle=[redacted]"),
+        (f"/mcp?a=1&context_handle={HANDLE}&b=2", "/mcp?a=1&context_handle=[redacted]&b=2"),
+        (f"/mcp?CONTEXT_HANDLE={HANDLE}#x", "/mcp?CONTEXT_HANDLE=[redacted]#x"),
+        (f"/mcp?context%5Fhandle%3D{HANDLE};b=2", "/mcp?context%5Fhandle%3D[redacted];b=2"),
+        (f"/api/v1/mcp-query-contexts/{HANDLE}?context_handle={HANDLE}", None),
+    ],
+)
+def test_a_handle_in_a_query_string_is_redacted(query: str, redacted: str | None) -> None:
+    line = redact(f'127.0.0.1:5 - "POST {query} HTTP/1.1" 401')
+    assert HANDLE not in line
+    if redacted is not None:
+        assert f'"POST {redacted} HTTP/1.1"' in line
 
 
 def test_uvicorn_access_records_keep_their_shape() -> None:

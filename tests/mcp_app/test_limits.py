@@ -1,0 +1,145 @@
+"""The limiter's Redis client (``mcp_app.limits.redis_client``, redis-py's asyncio client) against real
+Redis servers (issue 17 item 2): TLS with a password (``rediss://``), a unix socket, the database index
+from ``?db=``, and a killed connection that must not cost the next command its timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import redis
+from django.conf import settings
+
+from mcp_app.limits import ConcurrencyLimiter, slot_key
+from tests.conftest import free_port, stop_process
+
+PRINCIPAL, PROJECT = 917_001, 917_002  # ids no fixture uses: the tests' keys are their own
+
+
+def _limiter(url: str) -> ConcurrencyLimiter:
+    return ConcurrencyLimiter(url, max_concurrent=2, lease_s=10)
+
+
+def _take_and_give_back(url: str) -> int:
+    """Take a slot and give it back through ``url``; the number of slots held while it was taken."""
+
+    async def run() -> int:
+        limiter = _limiter(url)
+        try:
+            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            with redis.Redis.from_url(url) as observer:
+                held = int(observer.zcard(lease.key))
+            await limiter.release(lease)
+            return held
+        finally:
+            await limiter.aclose()
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[dict[str, object]]:
+    """A private ``redis-server``: a unix socket and a TLS port (self-signed certificate), with a password."""
+    if not shutil.which("redis-server") or not shutil.which("openssl"):
+        pytest.skip("redis-server and openssl are needed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    socket_path = tmp_path / "redis.sock"
+    tls_port = free_port()
+    process = subprocess.Popen(
+        ["redis-server", "--port", "0", "--unixsocket", str(socket_path), "--save", "", "--appendonly", "no"]
+        + ["--tls-port", str(tls_port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+        + ["--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no", "--requirepass", "s3cret-pw"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not socket_path.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield {"socket": socket_path, "tls_port": tls_port, "password": "s3cret-pw"}
+    finally:
+        stop_process(process)  # type: ignore[arg-type]
+
+
+def test_rediss_authenticates_inside_tls(redis_server: dict[str, object]) -> None:
+    # The server speaks only TLS on this port and wants the password: a client that sent AUTH in clear
+    # text (or no TLS at all) gets no slot.
+    url = f"rediss://:{redis_server['password']}@127.0.0.1:{redis_server['tls_port']}/0?ssl_cert_reqs=none"
+    assert _take_and_give_back(url) == 1
+
+
+def test_a_unix_socket_url_works(redis_server: dict[str, object]) -> None:
+    url = f"unix://:{redis_server['password']}@{redis_server['socket']}?db=2"
+    assert _take_and_give_back(url) == 1
+    client = redis.Redis(unix_socket_path=str(redis_server["socket"]), password=str(redis_server["password"]), db=2)
+    assert client.dbsize() == 0  # given back, in db 2
+    client.close()
+
+
+def test_the_limiter_uses_the_database_index_of_the_query_string() -> None:
+    # Only the test Redis's own index is used; its number moves from the path to ``?db=``.
+    parts = urlsplit(settings.REDIS_URL)
+    db = int(parts.path.strip("/") or 0)
+    url = f"{parts.scheme}://{parts.netloc}/?db={db}"
+    key = slot_key(PRINCIPAL, PROJECT)
+    own = redis.Redis.from_url(settings.REDIS_URL)
+    db0 = redis.Redis.from_url(f"{parts.scheme}://{parts.netloc}/0")
+
+    async def run() -> tuple[int, int]:
+        limiter = _limiter(url)
+        try:
+            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            try:
+                return int(own.zcard(key)), int(db0.zcard(key))
+            finally:
+                await limiter.release(lease)
+        finally:
+            await limiter.aclose()
+
+    try:
+        assert asyncio.run(run()) == (1, 0)
+    finally:
+        db0.zrem(key, *[m for m in db0.zrange(key, 0, -1)]) if db0.zcard(key) else None
+        own.close()
+        db0.close()
+
+
+def test_after_a_killed_connection_the_next_command_is_fast() -> None:
+    admin = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def run() -> float:
+        limiter = _limiter(settings.REDIS_URL)
+        try:
+            await limiter.release(await limiter.acquire(PRINCIPAL, PROJECT))  # the connection is open
+            # The limiter's connection: on our own database index, its last command the release.
+            db = admin.connection_pool.connection_kwargs.get("db", 0)
+            mine = [c for c in admin.client_list() if int(c["db"]) == int(db) and c["cmd"] == "zrem"]
+            assert len(mine) == 1, mine
+            assert admin.client_kill_filter(_id=mine[0]["id"]) == 1
+            await asyncio.sleep(0.1)
+            started = time.monotonic()
+            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            elapsed = time.monotonic() - started
+            await limiter.release(lease)
+            return elapsed
+        finally:
+            await limiter.aclose()
+
+    try:
+        assert asyncio.run(run()) < 0.5  # not the 2 s timeout
+    finally:
+        admin.close()
