@@ -26,38 +26,17 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from contexts.errors import DataSourceUnavailable, RateLimited
+from contexts.slots import ACQUIRE_SCRIPT, REFRESH_SCRIPT, slot_key
 
 logger = logging.getLogger(__name__)
 
 #: Per command: connect and reply timeouts (seconds) of the limiter's Redis client.
 REDIS_TIMEOUT_S = 2.0
 
-# Redis's own clock (TIME inside the script, allowed since Redis 5's effects replication): leases from
-# several hosts are compared on one clock, and acquiring costs one round trip.
-_ACQUIRE = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
-  return 0
-end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
-return 1
-"""
-
-# Refresh only a lease that still exists (XX): an expired-and-reaped lease is not revived.
-_REFRESH = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[2])
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return n
-"""
-
-
-def slot_key(principal_id: int, project_id: int) -> str:
-    return f"tjwater:mcp:inflight:{principal_id}:{project_id}"
+# The scripts and the key are shared with the REST edge (``contexts.slots``): one principal × project
+# has one set of slots, whichever edge its calls come through.
+_ACQUIRE = ACQUIRE_SCRIPT
+_REFRESH = REFRESH_SCRIPT
 
 
 @dataclass(frozen=True, slots=True)

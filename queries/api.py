@@ -42,6 +42,7 @@ from contexts.api import ContextApiView
 from contexts.authentication import HasApiReadScope
 from contexts.errors import ApplicationError, InvalidParameter
 from contexts.rest import ApiBearerAuthentication, member_scope
+from contexts.slots import rest_slot
 from queries.arguments import bad_text_path
 from queries.plan import run_sync
 from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
@@ -301,7 +302,8 @@ class ToolView(ContextApiView):
         access.require_call(scope, tool=spec.name, permissions=spec.permissions, bound=False)
         args = parse_arguments(spec, dict(request.query_params.lists()), path_args)
         access.require_permissions(scope, spec.permissions_for(args))
-        body = run_read_only(spec, scope, args)
+        with rest_slot(scope.principal_id, scope.project_id):  # R-PAGE-7 holds on every edge
+            body = run_read_only(spec, scope, args)
         logger.info("api call principal=%s project=%s tool=%s", scope.principal_id, scope.project_slug, spec.name)
         response = Response(body)
         response["Cache-Control"] = "private, no-store"

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx2
 import pytest
+import redis
 import schemathesis
 from django.conf import settings
 from hypothesis import HealthCheck, given
@@ -266,3 +267,29 @@ def test_schemathesis_finds_no_server_error_and_no_schema_contradiction(demo_ser
             )
 
         check()
+
+
+def test_rest_requests_take_the_principals_in_flight_slots(demo_server: ServerProcess, django_db_blocker: Any) -> None:
+    """R-PAGE-7 on every edge (issue 17 item 6): a REST request holds one of the principal × project
+    slots the MCP edge counts, and is refused RATE_LIMITED (429, Retry-After) while all are taken."""
+    from contexts.models import Membership
+    from contexts.slots import slot_key
+
+    with django_db_blocker.unblock():
+        member = Membership.objects.get(principal__subject="alice", project__slug=DEMO)
+    key = slot_key(member.principal_id, member.project_id)
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    now_s, now_us = client.time()
+    expiry = now_s * 1000 + now_us // 1000 + 30_000
+    client.zadd(key, {f"mcp-call-{n}": expiry for n in range(settings.TJWATER_MCP_MAX_CONCURRENT)})
+    try:
+        refused = rest(demo_server, DEMO, "tanks", {})
+        assert refused.status_code == 429
+        assert refused.json()["code"] == "RATE_LIMITED" and refused.json()["retryable"] is True
+        assert int(refused.headers["Retry-After"]) >= 1
+    finally:
+        client.delete(key)
+    served = rest(demo_server, DEMO, "tanks", {})
+    assert served.status_code == 200
+    assert client.zcard(key) == 0  # given back when the response was written
+    client.close()
