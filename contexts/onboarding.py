@@ -12,13 +12,15 @@ membership every call); granting again re-activates it with the new permission c
 
 from __future__ import annotations
 
+import functools
+import zoneinfo
 from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from contexts.errors import InvalidParameter, NotFound
-from contexts.models import AccessEvent, Membership, Permission, Principal, Project
+from contexts.models import AccessEvent, Membership, Permission, Principal, Project, UnitSystem
 from contexts.services import Actor
 
 KNOWN_PERMISSIONS = frozenset(Permission.values)
@@ -48,15 +50,65 @@ def _audit(
     )
 
 
+def check_timezone(name: str) -> str:
+    """An IANA time zone name as the system's tz database knows it (``Asia/Shanghai``, ``UTC``)."""
+    if name not in _iana_zones():
+        raise InvalidParameter(f"Unknown time zone {name!r}: give an IANA name such as Asia/Shanghai or UTC.")
+    return name
+
+
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def check_unit_system(value: str) -> str:
+    if value not in UnitSystem.values:
+        raise InvalidParameter(f"Unknown unit system {value!r}: one of {', '.join(UnitSystem.values)}.")
+    return value
+
+
 @transaction.atomic
-def project_create(*, slug: str, name: str, actor: Actor) -> Project:
-    """Create an empty project (its network comes from ``import_network``). A taken slug is refused."""
+def project_create(
+    *, slug: str, name: str, actor: Actor, timezone_name: str = "UTC", unit_system: str = UnitSystem.SI
+) -> Project:
+    """Create an empty project (its network comes from ``import_network``) in an IANA time zone and a
+    unit system. A taken slug, an unknown zone or unit system is refused."""
+    check_timezone(timezone_name)
+    check_unit_system(unit_system)
     try:
         with transaction.atomic():
-            project = Project.objects.create(slug=slug, name=name or slug)
+            project = Project.objects.create(
+                slug=slug, name=name or slug, timezone=timezone_name, unit_system=unit_system
+            )
     except IntegrityError:
         raise InvalidParameter(f"A project with the slug {slug!r} exists already.") from None
-    _audit(AccessEvent.Action.PROJECT_CREATED, actor=actor, project=project, slug=slug, name=project.name)
+    _audit(
+        AccessEvent.Action.PROJECT_CREATED,
+        actor=actor,
+        project=project,
+        slug=slug,
+        name=project.name,
+        timezone=timezone_name,
+        unit_system=unit_system,
+    )
+    return project
+
+
+@transaction.atomic
+def project_set_unit_system(*, slug: str, unit_system: str, actor: Actor) -> Project:
+    """Change the units a project's results are returned in (stored values stay SI). Audited with before
+    and after; setting the current system again changes nothing and writes no audit row."""
+    check_unit_system(unit_system)
+    project = Project.objects.select_for_update().filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"No project {slug!r}.")
+    before = project.unit_system
+    if before == unit_system:
+        return project
+    project.unit_system = unit_system
+    project.save(update_fields=["unit_system"])
+    _audit(AccessEvent.Action.PROJECT_UNITS_CHANGED, actor=actor, project=project, before=before, after=unit_system)
     return project
 
 

@@ -34,7 +34,10 @@ def _events(project: Project) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.django_db
 def test_project_create_is_audited_and_refuses_a_taken_slug() -> None:
     project = project_create(slug="utility-x", name="Utility X", actor=ACTOR)
-    assert _events(project) == [("project_created", {"slug": "utility-x", "name": "Utility X"})]
+    assert _events(project) == [
+        ("project_created", {"slug": "utility-x", "name": "Utility X", "timezone": "UTC", "unit_system": "SI"})
+    ]
+    assert (project.timezone, project.unit_system) == ("UTC", "SI")
     assert AccessEvent.objects.get(project_id=project.pk).actor == "operator:test#1"
     with pytest.raises(InvalidParameter, match="exists already"):
         project_create(slug="utility-x", name="again", actor=ACTOR)
@@ -127,7 +130,7 @@ def test_commands_call_the_services(capsys: pytest.CaptureFixture[str]) -> None:
     call_command("membership_revoke", "--project", "onb-cmd", "--sub", "eng-c", "--reason", "test over")
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "project created: onb-cmd",
+        "project created: onb-cmd (UTC, SI units)",
         "membership granted: eng-c @ onb-cmd = scada.view webgis.view",
         "membership revoked: eng-c @ onb-cmd",
     ]
@@ -143,6 +146,19 @@ def test_commands_call_the_services(capsys: pytest.CaptureFixture[str]) -> None:
         call_command("project_create", "onb-cmd")
     with pytest.raises(CommandError, match="Unknown permission codes"):
         call_command("membership_grant", "--project", "onb-cmd", "--sub", "x", "--permissions", "root")
+
+
+@pytest.mark.django_db
+def test_project_time_zone_and_unit_system(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("project_create", "onb-tz", "--timezone", "Asia/Shanghai", "--units", "US")
+    assert capsys.readouterr().out == "project created: onb-tz (Asia/Shanghai, US units)\n"
+    project = Project.objects.get(slug="onb-tz")
+    assert (project.timezone, project.unit_system) == ("Asia/Shanghai", "US")
+    with pytest.raises(CommandError, match="Unknown time zone 'Mars/Olympus': give an IANA name"):
+        call_command("project_create", "onb-tz2", "--timezone", "Mars/Olympus")
+    with pytest.raises(CommandError, match="Unknown unit system 'imperial': one of SI, US"):
+        call_command("project_create", "onb-tz2", "--units", "imperial")
+    assert not Project.objects.filter(slug="onb-tz2").exists()
 
 
 @pytest.mark.e2e
