@@ -35,12 +35,17 @@ class Project(models.Model):
     in ``queries`` and ``evidence`` points at exactly one project, and every lookup is scoped by it.
 
     ``timezone`` is the utility's IANA time zone (local time for patterns and naive timestamps in its
-    imports); ``unit_system`` the units its results are returned in (R-ONB-1)."""
+    imports); ``unit_system`` the units its results are returned in (R-ONB-1, ``queries.units``)."""
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
     timezone = models.CharField(max_length=64, default="UTC")
     unit_system = models.CharField(max_length=2, choices=UnitSystem.choices, default=UnitSystem.SI)
+    # Facts of the imported network that decide what its numbers are in (set by the network import):
+    # EPANET's quality parameter (CHEMICAL, AGE, TRACE, NONE; "" = imported before it was recorded) and
+    # headloss formula (H-W, D-W, C-M: the unit of pipe roughness).
+    quality_type = models.CharField(max_length=8, blank=True, default="")
+    headloss_formula = models.CharField(max_length=3, default="H-W")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

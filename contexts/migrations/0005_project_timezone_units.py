@@ -7,8 +7,15 @@ from django.db import migrations, models
 DEMO_SLUGS = ("tianjin-demo", "demo-b")
 
 
+#: The demo networks' quality parameters (Net6: CHEMICAL, Net3: TRACE), as the seeder imports them.
+DEMO_QUALITY = {"tianjin-demo": "CHEMICAL", "demo-b": "TRACE"}
+
+
 def demo_timezone(apps, schema_editor):
-    apps.get_model("contexts", "Project").objects.filter(slug__in=DEMO_SLUGS).update(timezone="Asia/Shanghai")
+    Project = apps.get_model("contexts", "Project")
+    Project.objects.filter(slug__in=DEMO_SLUGS).update(timezone="Asia/Shanghai")
+    for slug, quality in DEMO_QUALITY.items():
+        Project.objects.filter(slug=slug).update(quality_type=quality)
 
 
 def demo_timezone_back(apps, schema_editor):
@@ -31,6 +38,16 @@ class Migration(migrations.Migration):
             model_name='project',
             name='unit_system',
             field=models.CharField(choices=[('SI', 'SI (m, m³/s; pressure as head in m)'), ('US', 'US customary (psi, gpm, ft, in)')], default='SI', max_length=2),
+        ),
+        migrations.AddField(
+            model_name='project',
+            name='quality_type',
+            field=models.CharField(blank=True, default='', max_length=8),
+        ),
+        migrations.AddField(
+            model_name='project',
+            name='headloss_formula',
+            field=models.CharField(default='H-W', max_length=3),
         ),
         migrations.AlterField(
             model_name='accessevent',

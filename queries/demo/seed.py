@@ -36,6 +36,7 @@ from queries.importer.epanet import (
     NetworkGeometry,
     delete_network,
     georeferencer_for,
+    network_facts,
     network_geometry,
     read_inp,
     simulate,
@@ -134,9 +135,11 @@ def ensure_demo_loaded() -> bool:
 def _prepare(
     slug: str, name: str, inp: str, center: tuple[float, float], scale: float, timezone_name: str = "UTC"
 ) -> tuple[Project, _Network]:
-    project, _ = Project.objects.update_or_create(slug=slug, defaults={"name": name, "timezone": timezone_name})
     path = wntr_network_path(inp)
     wn = read_inp(path)
+    project, _ = Project.objects.update_or_create(
+        slug=slug, defaults={"name": name, "timezone": timezone_name, **network_facts(wn)}
+    )
     geometry = network_geometry(wn, georeferencer_for(wn, center=center, scale=scale))
     results = simulate(wn, hours=HOURS, step_minutes=STEP_MINUTES)
     return project, _Network(project=project, inp=path, wn=wn, geometry=geometry, results=results)

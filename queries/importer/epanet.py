@@ -675,6 +675,15 @@ def _storage_reason(exc: DataError | IntegrityError) -> str:
 NETWORK_MODELS = (Junction, Reservoir, Tank, Pipe, Pump, Valve, Pattern, Curve, NetworkOptions, NetworkSchema)
 
 
+def network_facts(wn: WaterNetworkModel) -> dict[str, str]:
+    """What decides the units of a network's numbers (``Project.quality_type``, ``headloss_formula``)."""
+    quality = str(wn.options.quality.parameter or "NONE").upper()
+    return {
+        "quality_type": quality if quality in {"CHEMICAL", "AGE", "TRACE"} else "NONE",
+        "headloss_formula": str(wn.options.hydraulic.headloss).upper(),
+    }
+
+
 def delete_network(project_id: int) -> None:
     """Delete a project's network, options, schemas and baseline (single DELETEs, no cascades)."""
     for model in (NodeBaseline, LinkBaseline, *NETWORK_MODELS):
@@ -712,6 +721,7 @@ def import_network(
             # Lock the project row so two imports of the same project serialize, not interleave.
             Project.objects.select_for_update().filter(pk=project.pk).first()
             delete_network(project.pk)
+            Project.objects.filter(pk=project.pk).update(**network_facts(wn))
             summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
             if baseline_hours > 0:
                 results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes)
