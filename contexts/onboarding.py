@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import functools
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from contexts.errors import InvalidParameter, NotFound
-from contexts.models import AccessEvent, Membership, Permission, Principal, Project, UnitSystem
-from contexts.services import Actor
+from contexts.models import AccessEvent, Membership, Permission, Principal, Project, QueryContext, UnitSystem
+from contexts.services import MAX_REVOKE_BATCH, Actor, context_revoke
 
 KNOWN_PERMISSIONS = frozenset(Permission.values)
 
@@ -188,3 +188,50 @@ def membership_revoke(*, project_slug: str, issuer: str, subject: str, actor: Ac
         reason=reason[:500],
     )
     return membership
+
+
+#: What keeps a project from being deleted unless the operator includes it: name → count of rows for a
+#: project id. Registered by the app that owns the rows (``evidence`` registers its snapshots in its
+#: ``AppConfig.ready``), so this lower layer never imports a higher one.
+DELETE_GUARDS: dict[str, Callable[[int], int]] = {}
+
+
+def register_delete_guard(name: str, count: Callable[[int], int]) -> None:
+    DELETE_GUARDS[name] = count
+
+
+@transaction.atomic
+def project_delete(*, slug: str, actor: Actor, reason: str, including_evidence: bool = False) -> dict[str, int]:
+    """Delete a project and everything that belongs to it (network, baseline, SCADA, GIS, tasks, …).
+
+    Refused while it holds evidence snapshots (what investigations saw) unless ``including_evidence``.
+    Its contexts are revoked first through ``context_revoke`` (each revocation audited as usual), then
+    the deletion is audited (``AccessEvent`` rows keep the project id, so the trail outlives the project)
+    and the rows are deleted in the same transaction. Returns the counts the audit row records."""
+    if not reason.strip():
+        raise InvalidParameter("Deleting a project needs a reason (it is kept in the audit trail).")
+    project = Project.objects.select_for_update().filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"No project {slug!r}.")
+    guarded = {name: count(project.pk) for name, count in DELETE_GUARDS.items()}
+    held = {name: n for name, n in guarded.items() if n}
+    if held and not including_evidence:
+        listed = ", ".join(f"{n} {name}" for name, n in held.items())
+        raise InvalidParameter(
+            f"Project {slug!r} holds {listed}: delete it with --including-evidence (admin: "
+            f"'including evidence') if that record may go too."
+        )
+    active = list(
+        QueryContext.objects.filter(project_id=project.pk, revoked_at__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    revoked = 0
+    for start in range(0, len(active), MAX_REVOKE_BATCH):
+        revoked += len(
+            context_revoke(context_ids=active[start : start + MAX_REVOKE_BATCH], actor=actor, reason="project deleted")
+        )
+    counts = {"contexts_revoked": revoked, **guarded}
+    _audit(AccessEvent.Action.PROJECT_DELETED, actor=actor, project=project, slug=slug, reason=reason[:500], **counts)
+    Project.objects.filter(pk=project.pk).delete()
+    return counts
