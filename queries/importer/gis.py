@@ -162,11 +162,8 @@ def _features(
         try:
             ogr = feature.geom
         except GDALException:
-            ogr = None
-            if feature.geom_type.num != 100:  # "None": a feature without geometry is fine
-                yield fid, attrs, None, "unreadable geometry"
-                continue
-        if ogr is None:
+            # OGR has no geometry for the feature (GDAL returns none rather than a broken one): a feature
+            # of attributes only, kept as it is.
             yield fid, attrs, None, None
             continue
         try:

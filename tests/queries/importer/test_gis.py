@@ -160,6 +160,14 @@ def test_command_refusals(ky4: Project, tmp_path: Path) -> None:
     assert not GisLayer.objects.filter(project=ky4).exists()
 
 
+def test_a_feature_without_geometry_is_kept(ky4: Project, tmp_path: Path) -> None:
+    features = [*pipe_features(1), Feature({"ASSET_ID": "NOTE-1", "NOTE": "attributes only"}, None)]
+    summary = import_gis(project=ky4, path=write_layer(tmp_path, "mixed", features, crs="EPSG:3089"), layer_key="m")
+    assert (summary.features, summary.skipped) == (2, [])
+    row = GisFeature.objects.get(layer__project=ky4, layer__layer_key="m", source_fid="2")
+    assert (row.geom, row.properties["NOTE"]) == (None, "attributes only")
+
+
 def test_geojson_is_wgs84_by_definition(ky4: Project, tmp_path: Path) -> None:
     lonlat = [list(TO_WGS.transform(*xy)) for xy in pipe_features(1)[0].geometry["coordinates"]]
     path = write_layer(tmp_path, "hydrants", [Feature({"HYD": "H-1"}, {"type": "LineString", "coordinates": lonlat})],
