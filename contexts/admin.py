@@ -141,11 +141,12 @@ class OnboardingAdmin(ReadOnlyAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(OnboardingAdmin):
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", "timezone", "unit_system", "created_at"]
     search_fields = ["slug", "name"]
     onboarding_path = "create"
     onboarding_label = "Create a project"
     onboarding_view = admin_onboarding.project_create_view
+    actions = [admin_onboarding.delete_projects]
 
 
 @admin.register(Principal)

@@ -45,6 +45,13 @@ class GrantForm(forms.Form):
     display_name = forms.CharField(max_length=200, required=False)
 
 
+class DeleteProjectForm(forms.Form):
+    reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
+    including_evidence = forms.BooleanField(
+        required=False, label="including evidence", help_text="Also delete the projects' evidence snapshots."
+    )
+
+
 class RevokeMembershipForm(forms.Form):
     reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
 
@@ -125,5 +132,41 @@ def revoke_memberships(model_admin: admin.ModelAdmin, request: HttpRequest, quer
         rows=rows,
         action="revoke_memberships",
         selected_ids=[m.pk for m in rows],
+        action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
+    )
+
+
+@admin.action(description="Delete selected projects and all their data", permissions=["onboard"])
+def delete_projects(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Project]) -> Any:
+    """Ask for a reason (and whether evidence may go too), then delete each through ``project_delete``
+    (which revokes the project's contexts first and refuses a project holding evidence unless included)."""
+    rows = list(queryset.order_by("slug")[:50])
+    form = DeleteProjectForm(request.POST if "confirm" in request.POST else None)
+    if form.is_valid():
+        deleted = 0
+        for project in rows:
+            try:
+                onboarding.project_delete(
+                    slug=project.slug,
+                    reason=form.cleaned_data["reason"],
+                    including_evidence=form.cleaned_data["including_evidence"],
+                    actor=operator(request),
+                )
+            except ApplicationError as exc:
+                model_admin.message_user(request, exc.message, messages.ERROR)
+            else:
+                deleted += 1
+        if deleted:
+            model_admin.message_user(request, f"Deleted {deleted} project(s).", messages.SUCCESS)
+        return None
+    return _form_page(
+        model_admin,
+        request,
+        "Delete projects and all their data",
+        form,
+        submit="Delete",
+        rows=rows,
+        action="delete_projects",
+        selected_ids=[p.pk for p in rows],
         action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
     )

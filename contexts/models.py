@@ -23,12 +23,29 @@ class Permission(models.TextChoices):
     OPTIMIZATION_RUN = "optimization.run", "Sensor placement runs"
 
 
+class UnitSystem(models.TextChoices):
+    """The units a project's results are shown in (R-ONB-3: stored values are always SI)."""
+
+    SI = "SI", "SI (m, m³/s; pressure as head in m)"
+    US = "US", "US customary (psi, gpm, ft, in)"
+
+
 class Project(models.Model):
     """A utility project: one hydraulic network and all data that belongs to it. Every business row
-    in ``queries`` and ``evidence`` points at exactly one project, and every lookup is scoped by it."""
+    in ``queries`` and ``evidence`` points at exactly one project, and every lookup is scoped by it.
+
+    ``timezone`` is the utility's IANA time zone (local time for patterns and naive timestamps in its
+    imports); ``unit_system`` the units its results are returned in (R-ONB-1, ``queries.units``)."""
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
+    timezone = models.CharField(max_length=64, default="UTC")
+    unit_system = models.CharField(max_length=2, choices=UnitSystem.choices, default=UnitSystem.SI)
+    # Facts of the imported network that decide what its numbers are in (set by the network import):
+    # EPANET's quality parameter (CHEMICAL, AGE, TRACE, NONE; "" = imported before it was recorded) and
+    # headloss formula (H-W, D-W, C-M: the unit of pipe roughness).
+    quality_type = models.CharField(max_length=8, blank=True, default="")
+    headloss_formula = models.CharField(max_length=3, default="H-W")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -288,6 +305,8 @@ class AccessEvent(models.Model):
         MEMBERSHIP_GRANTED = "membership_granted"
         MEMBERSHIP_CHANGED = "membership_changed"
         MEMBERSHIP_REVOKED = "membership_revoked"
+        PROJECT_UNITS_CHANGED = "project_units_changed"
+        PROJECT_DELETED = "project_deleted"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.CharField(max_length=300)

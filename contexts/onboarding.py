@@ -12,14 +12,16 @@ membership every call); granting again re-activates it with the new permission c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import zoneinfo
+from collections.abc import Callable, Sequence
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from contexts.errors import InvalidParameter, NotFound
-from contexts.models import AccessEvent, Membership, Permission, Principal, Project
-from contexts.services import Actor, contexts_revoke_for_principal
+from contexts.models import AccessEvent, Membership, Permission, Principal, Project, QueryContext, UnitSystem
+from contexts.services import MAX_REVOKE_BATCH, Actor, context_revoke, contexts_revoke_for_principal
 
 KNOWN_PERMISSIONS = frozenset(Permission.values)
 
@@ -48,15 +50,65 @@ def _audit(
     )
 
 
+def check_timezone(name: str) -> str:
+    """An IANA time zone name as the system's tz database knows it (``Asia/Shanghai``, ``UTC``)."""
+    if name not in _iana_zones():
+        raise InvalidParameter(f"Unknown time zone {name!r}: give an IANA name such as Asia/Shanghai or UTC.")
+    return name
+
+
+@functools.cache
+def _iana_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def check_unit_system(value: str) -> str:
+    if value not in UnitSystem.values:
+        raise InvalidParameter(f"Unknown unit system {value!r}: one of {', '.join(UnitSystem.values)}.")
+    return value
+
+
 @transaction.atomic
-def project_create(*, slug: str, name: str, actor: Actor) -> Project:
-    """Create an empty project (its network comes from ``import_network``). A taken slug is refused."""
+def project_create(
+    *, slug: str, name: str, actor: Actor, timezone_name: str = "UTC", unit_system: str = UnitSystem.SI
+) -> Project:
+    """Create an empty project (its network comes from ``import_network``) in an IANA time zone and a
+    unit system. A taken slug, an unknown zone or unit system is refused."""
+    check_timezone(timezone_name)
+    check_unit_system(unit_system)
     try:
         with transaction.atomic():
-            project = Project.objects.create(slug=slug, name=name or slug)
+            project = Project.objects.create(
+                slug=slug, name=name or slug, timezone=timezone_name, unit_system=unit_system
+            )
     except IntegrityError:
         raise InvalidParameter(f"A project with the slug {slug!r} exists already.") from None
-    _audit(AccessEvent.Action.PROJECT_CREATED, actor=actor, project=project, slug=slug, name=project.name)
+    _audit(
+        AccessEvent.Action.PROJECT_CREATED,
+        actor=actor,
+        project=project,
+        slug=slug,
+        name=project.name,
+        timezone=timezone_name,
+        unit_system=unit_system,
+    )
+    return project
+
+
+@transaction.atomic
+def project_set_unit_system(*, slug: str, unit_system: str, actor: Actor) -> Project:
+    """Change the units a project's results are returned in (stored values stay SI). Audited with before
+    and after; setting the current system again changes nothing and writes no audit row."""
+    check_unit_system(unit_system)
+    project = Project.objects.select_for_update().filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"No project {slug!r}.")
+    before = project.unit_system
+    if before == unit_system:
+        return project
+    project.unit_system = unit_system
+    project.save(update_fields=["unit_system"])
+    _audit(AccessEvent.Action.PROJECT_UNITS_CHANGED, actor=actor, project=project, before=before, after=unit_system)
     return project
 
 
@@ -145,3 +197,50 @@ def membership_revoke(*, project_slug: str, issuer: str, subject: str, actor: Ac
         reason=reason[:500],
     )
     return membership
+
+
+#: What keeps a project from being deleted unless the operator includes it: name → count of rows for a
+#: project id. Registered by the app that owns the rows (``evidence`` registers its snapshots in its
+#: ``AppConfig.ready``), so this lower layer never imports a higher one.
+DELETE_GUARDS: dict[str, Callable[[int], int]] = {}
+
+
+def register_delete_guard(name: str, count: Callable[[int], int]) -> None:
+    DELETE_GUARDS[name] = count
+
+
+@transaction.atomic
+def project_delete(*, slug: str, actor: Actor, reason: str, including_evidence: bool = False) -> dict[str, int]:
+    """Delete a project and everything that belongs to it (network, baseline, SCADA, GIS, tasks, …).
+
+    Refused while it holds evidence snapshots (what investigations saw) unless ``including_evidence``.
+    Its contexts are revoked first through ``context_revoke`` (each revocation audited as usual), then
+    the deletion is audited (``AccessEvent`` rows keep the project id, so the trail outlives the project)
+    and the rows are deleted in the same transaction. Returns the counts the audit row records."""
+    if not reason.strip():
+        raise InvalidParameter("Deleting a project needs a reason (it is kept in the audit trail).")
+    project = Project.objects.select_for_update().filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"No project {slug!r}.")
+    guarded = {name: count(project.pk) for name, count in DELETE_GUARDS.items()}
+    held = {name: n for name, n in guarded.items() if n}
+    if held and not including_evidence:
+        listed = ", ".join(f"{n} {name}" for name, n in held.items())
+        raise InvalidParameter(
+            f"Project {slug!r} holds {listed}: delete it with --including-evidence (admin: "
+            f"'including evidence') if that record may go too."
+        )
+    active = list(
+        QueryContext.objects.filter(project_id=project.pk, revoked_at__isnull=True)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    revoked = 0
+    for start in range(0, len(active), MAX_REVOKE_BATCH):
+        revoked += len(
+            context_revoke(context_ids=active[start : start + MAX_REVOKE_BATCH], actor=actor, reason="project deleted")
+        )
+    counts = {"contexts_revoked": revoked, **guarded}
+    _audit(AccessEvent.Action.PROJECT_DELETED, actor=actor, project=project, slug=slug, reason=reason[:500], **counts)
+    Project.objects.filter(pk=project.pk).delete()
+    return counts

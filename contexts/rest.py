@@ -91,7 +91,15 @@ def member_scope(*, token: VerifiedToken, project_slug: str) -> QueryScope:
             project__slug=project_slug,
             revoked_at__isnull=True,
         )
-        .only("principal_id", "project_id", "permissions", "project__slug")
+        .only(
+            "principal_id",
+            "project_id",
+            "permissions",
+            "project__slug",
+            "project__unit_system",
+            "project__quality_type",
+            "project__headloss_formula",
+        )
         .first()
     )
     if membership is None:
@@ -105,6 +113,9 @@ def member_scope(*, token: VerifiedToken, project_slug: str) -> QueryScope:
         project_slug=membership.project.slug,
         permissions=frozenset(membership.permissions),
         purpose=REST_PURPOSE,
+        unit_system=membership.project.unit_system,
+        quality_type=membership.project.quality_type,
+        headloss_formula=membership.project.headloss_formula,
     )
 
 

@@ -26,6 +26,11 @@ class QueryScope:
     run_id: int | None = None
     execution_request_id: int | None = None
     allowed_tools: frozenset[str] = field(default_factory=frozenset)
+    # The project's unit system and the network facts that decide what its numbers are in (read with the
+    # binding; ``queries.units.present`` converts results with them).
+    unit_system: str = "SI"
+    quality_type: str = ""
+    headloss_formula: str = "H-W"
 
     def has(self, permission: str) -> bool:
         return permission in self.permissions

@@ -421,6 +421,10 @@ CONTEXT_ROW_FIELDS: tuple[str, ...] = (
     "execution_request_id",
     "expires_at",
     "revoked_at",
+    # issue 20: what the project's results are shown in (QueryScope.unit_system …)
+    "project__unit_system",
+    "project__quality_type",
+    "project__headloss_formula",
 )
 
 
@@ -495,6 +499,9 @@ def check_context(row: Mapping[str, object] | None, *, token: VerifiedToken, now
         run_id=row["run_id"],  # type: ignore[arg-type]
         execution_request_id=row["execution_request_id"],  # type: ignore[arg-type]
         allowed_tools=frozenset(allowed_tools),  # type: ignore[arg-type]
+        unit_system=str(row["project__unit_system"]),
+        quality_type=str(row["project__quality_type"]),
+        headloss_formula=str(row["project__headloss_formula"]),
     )
 
 

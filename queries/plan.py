@@ -38,6 +38,8 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from django.db import connection
 from django.db.models import QuerySet
 
+from queries.units import present
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -158,7 +160,13 @@ class ServiceFunction(Generic[P, R]):
         self.plan = fn
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return run_sync(self.plan(*args, **kwargs))
+        result = run_sync(self.plan(*args, **kwargs))
+        scope = kwargs.get("scope")
+        if scope is None:
+            return result
+        # A direct call answers like a tool call: in the scope's unit system (``queries.units``; the
+        # edges get the same through ``ToolSpec.invoke``, which drives ``.plan``).
+        return present(result, scope)  # type: ignore[arg-type,return-value]
 
 
 def service(fn: Callable[P, Plan[R]]) -> ServiceFunction[P, R]:

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from contexts.scope import QueryScope
 from queries.plan import Plan
 from queries.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Origin, PageRequest
+from queries.units import presented
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 ELEMENT_TYPES = ["junction", "pipe", "valve", "pump", "tank", "reservoir"]
@@ -75,6 +76,11 @@ class ToolSpec:
         if self.argument_permissions is None:
             return self.permissions
         return tuple(sorted({*self.permissions, *self.argument_permissions(arguments)}))
+
+    def __post_init__(self) -> None:
+        # The one place results are put into the project's unit system on the way out (R-ONB-3): every
+        # edge (MCP, REST, evidence) runs ``invoke``, so all of them get and keep the same numbers.
+        object.__setattr__(self, "invoke", presented(self.invoke))
 
     @property
     def output_schema(self) -> dict[str, Any]:

@@ -37,6 +37,11 @@ fi
 if ! have_pkg postgresql-$PG_VERSION-postgis-3; then
   apt_install postgresql-$PG_VERSION-postgis-3
 fi
+# GDAL's command-line tools (ogr2ogr): the tests write real GeoPackages and Shapefiles with them for
+# import_gis (the library itself comes with PostGIS; GeoDjango only reads).
+if ! have_pkg gdal-bin; then
+  apt_install gdal-bin
+fi
 if ! pg_isready -h 127.0.0.1 -p 5432 -q; then
   say "starting PostgreSQL"
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start

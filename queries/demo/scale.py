@@ -22,6 +22,7 @@ from queries.demo import scada as demo_scada
 from queries.importer.epanet import (
     BASELINE_START,
     delete_network,
+    network_facts,
     network_geometry,
     read_inp,
     simulate,
@@ -71,6 +72,7 @@ def generate_scale_network(
         t = _time.monotonic()
         ScadaDevice.objects.filter(project=project).delete()
         delete_network(project.pk)
+        Project.objects.filter(pk=project.pk).update(**network_facts(wn))
         summary.phases["delete"] = _time.monotonic() - t
         t = _time.monotonic()
         first = tile_prefix(0, 0)

@@ -36,6 +36,7 @@ from queries.importer.epanet import (
     NetworkGeometry,
     delete_network,
     georeferencer_for,
+    network_facts,
     network_geometry,
     read_inp,
     simulate,
@@ -69,6 +70,9 @@ logger = logging.getLogger(__name__)
 
 DEMO_SLUG = "tianjin-demo"
 DEMO_B_SLUG = "demo-b"
+#: Both demo utilities are in Tianjin. Their data and absolute timestamps are fixed in UTC (R-DEMO-1); the zone
+#: only says what "local time" means for them.
+DEMO_TIMEZONE = "Asia/Shanghai"
 START = datetime(2026, 11, 1, tzinfo=UTC)
 HOURS = 48
 STEP_MINUTES = 15
@@ -138,10 +142,14 @@ def _own_demo_runs() -> None:
             TaskRun.objects.filter(task__project__slug=slug, owner__isnull=True).update(owner=owner)
 
 
-def _prepare(slug: str, name: str, inp: str, center: tuple[float, float], scale: float) -> tuple[Project, _Network]:
-    project, _ = Project.objects.update_or_create(slug=slug, defaults={"name": name})
+def _prepare(
+    slug: str, name: str, inp: str, center: tuple[float, float], scale: float, timezone_name: str = "UTC"
+) -> tuple[Project, _Network]:
     path = wntr_network_path(inp)
     wn = read_inp(path)
+    project, _ = Project.objects.update_or_create(
+        slug=slug, defaults={"name": name, "timezone": timezone_name, **network_facts(wn)}
+    )
     geometry = network_geometry(wn, georeferencer_for(wn, center=center, scale=scale))
     results = simulate(wn, hours=HOURS, step_minutes=STEP_MINUTES)
     return project, _Network(project=project, inp=path, wn=wn, geometry=geometry, results=results)
@@ -168,8 +176,8 @@ def seed_demo() -> SeedSummary:
     t0 = _time.monotonic()
     summary = SeedSummary()
     with transaction.atomic():
-        demo, net = _prepare(DEMO_SLUG, "Tianjin demo utility", "Net6.inp", (117.2, 39.1), 70.0)
-        demo_b, net_b = _prepare(DEMO_B_SLUG, "Demo B (Binhai)", "Net3.inp", (117.4, 39.0), 20.0)
+        demo, net = _prepare(DEMO_SLUG, "Tianjin demo utility", "Net6.inp", (117.2, 39.1), 70.0, DEMO_TIMEZONE)
+        demo_b, net_b = _prepare(DEMO_B_SLUG, "Demo B (Binhai)", "Net3.inp", (117.4, 39.0), 20.0, DEMO_TIMEZONE)
         for project in (demo, demo_b):
             _clear(project)
         rng = np.random.default_rng(SEED)

@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 import wntr
 from django.db import DataError, IntegrityError, transaction
-from wntr.epanet.exceptions import EpanetException
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from wntr.epanet.exceptions import EN_ERROR_CODES, EpanetException
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
 
 from contexts.models import Project
 from queries.importer.copy import copy_lines, copy_rows, copy_text, linestring_ewkt, point_ewkt
-from queries.importer.georef import Georeferencer
+from queries.importer.georef import CrsGeoreferencer, Georeferencer
 from queries.models import (
     NETWORK_SCHEMAS,
     Curve,
@@ -76,22 +78,128 @@ def wntr_network_path(name: str) -> Path:
 
 
 def read_inp(path: Path) -> WaterNetworkModel:
-    """Read an EPANET .inp file with WNTR; a missing or unreadable file raises ``NetworkImportError``."""
+    """Read an EPANET .inp file with WNTR; a missing or unreadable file raises ``NetworkImportError``
+    naming the section and line at fault and what is wrong there (``describe_inp_error``)."""
     if not path.is_file():
         raise NetworkImportError(f"network file not found: {path}")
     try:
         wn = WaterNetworkModel(str(path))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NetworkImportError(f"cannot read network file {path.name}: {exc.__class__.__name__}") from exc
+    except OSError as exc:
+        raise NetworkImportError(f"cannot read network file {path.name}: {exc.strerror or 'I/O error'}") from exc
+    except UnicodeDecodeError as exc:
+        raise NetworkImportError(
+            f"not a readable EPANET .inp file: {path.name}: not UTF-8 text (byte {exc.start})"
+        ) from exc
     except (
         ValueError, KeyError, IndexError, RuntimeError, EpanetException, AttributeError, TypeError, AssertionError,
     ) as exc:  # fmt: skip
-        # WNTR's .inp reader reports malformed sections with these (ENSyntaxError is a ValueError
-        # subclass); we keep only the class name so the line stays short and free of file contents.
-        raise NetworkImportError(f"not a readable EPANET .inp file: {path.name} ({exc.__class__.__name__})") from exc
+        # WNTR's .inp reader reports malformed sections with these (ENSyntaxError is a ValueError subclass).
+        reason = describe_inp_error(exc, path)
+        raise NetworkImportError(f"not a readable EPANET .inp file: {path.name}: {reason}") from exc
     if wn.num_nodes == 0:
-        raise NetworkImportError(f"not a readable EPANET .inp file: {path.name} (no nodes)")
+        raise NetworkImportError(f"not a readable EPANET .inp file: {path.name}: no nodes")
     return wn
+
+
+def epanet_meaning(code: int) -> str:
+    """EPANET's own meaning of an error code (its manual's table, as WNTR ships it), placeholders dropped."""
+    text = EN_ERROR_CODES.get(code, "unknown error")
+    return re.sub(r",?\s*\(?%s\)?", "", text).strip()
+
+
+def _reader_frame(exc: BaseException) -> tuple[str, int, str] | None:
+    """The section, line number and line text WNTR's reader was at when ``exc`` was raised.
+
+    WNTR's ``InpFile._read_<section>`` methods loop ``for lnum, line in self.sections[...]``; its
+    exceptions carry the line only for some errors, so the innermost such frame of the traceback (or of
+    the exception it wraps) is read. This is WNTR's private structure (verified against wntr 1.5.0);
+    without it the message just has no line."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    found: tuple[str, int, str] | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb = current.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            local = tb.tb_frame.f_locals
+            if code.co_name.startswith("_read_") and isinstance(local.get("lnum"), int):
+                section = "[" + code.co_name.removeprefix("_read_").upper() + "]"
+                found = (section, int(local["lnum"]), str(local.get("line", "")))
+            tb = tb.tb_next
+        if found is not None:
+            return found
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """What is wrong, in words (never an exception class name)."""
+    inner: BaseException = exc
+    while isinstance(inner, EpanetException) and str(inner).startswith("(Error 200)") and inner.__cause__:
+        inner = inner.__cause__  # WNTR wraps the real error in a generic "(Error 200) errors in input file"
+    message = str(inner.args[0]) if isinstance(inner, EpanetException) and inner.args else str(inner)
+    first, _, rest = message.partition("\n")
+    text = first.strip()
+    if isinstance(inner, EpanetException):
+        text = re.sub(r"^\(Error (\d+)\)\s*", "", text)
+        text = re.sub(r",?\s*at line \d+:?$", "", text).strip()
+        text = text.replace("(%s)", "").strip().rstrip(",")
+        if rest.strip():  # the offending line, as WNTR quotes it
+            text += f" in {rest.strip()[:60]!r}"
+        return text
+    if isinstance(inner, AttributeError) and "factor" in text:
+        return "the flow units are unknown (no UNITS in an [OPTIONS] section)"
+    if isinstance(inner, IndexError):
+        return "too few fields on the line"
+    if isinstance(inner, ValueError) and text.startswith("could not convert string to float"):
+        return "not a number: " + text.rsplit(":", 1)[-1].strip()
+    if isinstance(inner, KeyError):
+        return f"unknown name {text}"
+    return text or "malformed content"
+
+
+def describe_inp_error(exc: BaseException, path: Path) -> str:
+    """One line: ``[SECTION] line N: reason`` (plus a hint when the file looks truncated)."""
+    where = _reader_frame(exc)
+    if where is None:
+        match = re.search(r"at line (\d+)", str(exc))
+        cause_match = re.search(r"at line (\d+)", str(exc.__cause__ or ""))
+        line_no = match or cause_match
+        prefix = f"line {line_no.group(1)}: " if line_no else ""
+    else:
+        prefix = f"{where[0]} line {where[1]}: "
+    hint = ""
+    try:
+        content = path.read_bytes()
+        looks_like_inp = b"[JUNCTIONS]" in content.upper() or b"[PIPES]" in content.upper()
+        if looks_like_inp and b"[END]" not in content[-4096:].upper():
+            hint = " (the file has no [END] section: is it truncated?)"
+    except OSError:
+        pass
+    return f"{prefix}{_reason(exc)}{hint}"
+
+
+def check_connected(wn: WaterNetworkModel, *, shown: int = 20) -> None:
+    """Refuse a network with nodes that no path of links connects to a reservoir or tank (EPANET
+    cannot solve it: error 233/200), naming those nodes (the first ``shown`` of them)."""
+    names = list(wn.node_name_list)
+    index = {n: i for i, n in enumerate(names)}
+    starts = [index[link.start_node_name] for _, link in wn.links()]
+    ends = [index[link.end_node_name] for _, link in wn.links()]
+    graph = coo_matrix((np.ones(len(starts)), (starts, ends)), shape=(len(names), len(names)))
+    _, labels = connected_components(graph, directed=False)
+    sources = [index[n] for n in (*wn.reservoir_name_list, *wn.tank_name_list)]
+    if not sources:
+        raise NetworkImportError("the network has no reservoir or tank (EPANET error 224)")
+    fed = np.isin(labels, labels[sources])
+    loose = [names[i] for i in np.flatnonzero(~fed)]
+    if loose:
+        more = f" and {len(loose) - shown} more" if len(loose) > shown else ""
+        raise NetworkImportError(
+            f"the network is disconnected: {len(loose)} node(s) not connected to any reservoir or tank: "
+            f"{', '.join(loose[:shown])}{more}"
+        )
 
 
 @contextmanager
@@ -122,11 +230,23 @@ def simulate(wn: WaterNetworkModel, *, hours: float, step_minutes: int) -> Simul
             return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
         except EpanetException as exc:
             match = re.search(r"Error (\d+)", str(exc))
-            code = match.group(1) if match else "unknown"
-            raise NetworkImportError(f"hydraulic simulation failed: EPANET error {code}") from exc
+            if match is None:
+                raise NetworkImportError("hydraulic simulation failed: EPANET stopped without an error code") from exc
+            code = int(match.group(1))
+            meaning = epanet_meaning(code)
+            raise NetworkImportError(f"hydraulic simulation failed: EPANET error {code}: {meaning}") from exc
 
 
-def georeferencer_for(wn: WaterNetworkModel, *, center: tuple[float, float], scale: float) -> Georeferencer:
+def georeferencer_for(
+    wn: WaterNetworkModel, *, center: tuple[float, float], scale: float, crs: str | None = None
+) -> Georeferencer | CrsGeoreferencer:
+    """The exact transform from ``crs`` when the network is drawn in one, else the schematic placement
+    about ``center`` with ``scale`` metres per drawn unit."""
+    if crs:
+        try:
+            return CrsGeoreferencer(crs=crs)
+        except ValueError as exc:
+            raise NetworkImportError(str(exc)) from exc
     points: list[tuple[float, float]] = [tuple(n.coordinates) for _, n in wn.nodes()]
     for _, link in wn.links():
         points.extend(tuple(v) for v in link.vertices)
@@ -168,11 +288,14 @@ class NetworkGeometry:
     link_coords: dict[str, list[tuple[float, float]]]
 
 
-def network_geometry(wn: WaterNetworkModel, georef: Georeferencer) -> NetworkGeometry:
+def network_geometry(wn: WaterNetworkModel, georef: Georeferencer | CrsGeoreferencer) -> NetworkGeometry:
     """Lon/lat of every node and the lon/lat polyline of every link (start, vertices, end)."""
     names = list(wn.node_name_list)
     xy = np.array([wn.get_node(n).coordinates for n in names], dtype=float).reshape(-1, 2)
-    lonlat = georef.transform(xy).tolist()
+    try:
+        lonlat = georef.transform(xy).tolist()
+    except ValueError as exc:
+        raise NetworkImportError(str(exc)) from exc
     node_lonlat = {n: (ll[0], ll[1]) for n, ll in zip(names, lonlat, strict=True)}
     link_coords: dict[str, list[tuple[float, float]]] = {}
     for name, link in wn.links():
@@ -538,9 +661,27 @@ def write_baseline(
     }
 
 
+def _storage_reason(exc: DataError | IntegrityError) -> str:
+    """What the database refused, in words: PostgreSQL's own one-line message without the SQL."""
+    if isinstance(exc, DataError) and "too long" in str(exc):
+        return "an element, pattern or curve id is longer than 64 characters"
+    if isinstance(exc, IntegrityError) and "duplicate key" in str(exc):
+        return "an id occurs twice"
+    return str(exc).split("\n")[0][:200] or "the database refused a row"
+
+
 # --- the import ------------------------------------------------------------------------------------
 
 NETWORK_MODELS = (Junction, Reservoir, Tank, Pipe, Pump, Valve, Pattern, Curve, NetworkOptions, NetworkSchema)
+
+
+def network_facts(wn: WaterNetworkModel) -> dict[str, str]:
+    """What decides the units of a network's numbers (``Project.quality_type``, ``headloss_formula``)."""
+    quality = str(wn.options.quality.parameter or "NONE").upper()
+    return {
+        "quality_type": quality if quality in {"CHEMICAL", "AGE", "TRACE"} else "NONE",
+        "headloss_formula": str(wn.options.hydraulic.headloss).upper(),
+    }
 
 
 def delete_network(project_id: int) -> None:
@@ -555,17 +696,22 @@ def import_network(
     inp_path: Path,
     center: tuple[float, float] = DEFAULT_CENTER,
     scale: float = 1.0,
+    crs: str | None = None,
     baseline_hours: float = 24.0,
     step_minutes: int = 15,
     start: datetime = BASELINE_START,
 ) -> ImportSummary:
     """Import ``inp_path`` as ``project``'s network, replacing the old one atomically.
 
-    ``scale`` is metres per drawn unit; ``baseline_hours=0`` skips the simulation (no baseline).
+    With ``crs`` the coordinates are in that CRS and transformed exactly; without it ``center``/``scale``
+    place a schematic drawing (``scale`` metres per drawn unit). ``baseline_hours=0`` skips the
+    simulation (no baseline). Everything that can be checked before writing is checked first (the file,
+    the CRS, the connectivity), so a refused file never touches the database.
     """
     t0 = _time.monotonic()
     wn = read_inp(inp_path)
-    georef = georeferencer_for(wn, center=center, scale=scale)
+    check_connected(wn)
+    georef = georeferencer_for(wn, center=center, scale=scale, crs=crs)
     geometry = network_geometry(wn, georef)
     if baseline_hours < 0 or (baseline_hours > 0 and step_minutes <= 0):
         raise NetworkImportError("baseline hours must be >= 0 and step minutes > 0")
@@ -575,6 +721,7 @@ def import_network(
             # Lock the project row so two imports of the same project serialize, not interleave.
             Project.objects.select_for_update().filter(pk=project.pk).first()
             delete_network(project.pk)
+            Project.objects.filter(pk=project.pk).update(**network_facts(wn))
             summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
             if baseline_hours > 0:
                 results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes)
@@ -584,8 +731,7 @@ def import_network(
         # The data does not fit the model (e.g. an id longer than 64 characters, a duplicate id): the
         # transaction rolled back, so the previous network is untouched.
         raise NetworkImportError(
-            f"cannot store the network from {inp_path.name} ({exc.__class__.__name__}); "
-            "the previous network is unchanged"
+            f"cannot store the network from {inp_path.name}: {_storage_reason(exc)}; the previous network is unchanged"
         ) from exc
     summary.seconds = _time.monotonic() - t0
     logger.info("imported network into project %s: %s", project.slug, summary.counts)

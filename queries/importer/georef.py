@@ -1,9 +1,14 @@
-"""Georeferencing of schematic EPANET coordinates.
+"""Georeferencing of EPANET coordinates: exact for a network drawn in a CRS, placed for a schematic one.
 
-EPANET coordinates are drawn units without a CRS. We place the drawing on the ground: the bounding-box
-centre of the drawing goes to ``center`` (lon, lat), every drawn unit becomes ``scale`` metres in the
-UTM zone of that centre (a conformal projection, so lengths are true to ~0.04 % near the central
-meridian), and the result goes back to EPSG:4326 (SDK_NOTES "Data").
+A utility's model is usually drawn in its own projected CRS (e.g. Kentucky state plane in US feet,
+EPSG:3089): ``CrsGeoreferencer`` transforms those coordinates exactly to EPSG:4326 with pyproj
+(``always_xy``: EPANET's X is the easting, Y the northing, whatever axis order the CRS declares), in
+whatever linear unit the CRS has.
+
+A schematic network has drawn units without a CRS. ``Georeferencer`` places the drawing on the ground:
+the bounding-box centre of the drawing goes to ``center`` (lon, lat), every drawn unit becomes ``scale``
+metres in the UTM zone of that centre (a conformal projection, so lengths are true to ~0.04 % near the
+central meridian), and the result goes back to EPSG:4326 (SDK_NOTES "Data").
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from pyproj import CRS, Transformer
+from pyproj.exceptions import CRSError
 
 
 def utm_epsg(lon: float, lat: float) -> int:
@@ -66,3 +72,53 @@ class Georeferencer:
         n = self._center_utm[1] + (xy[:, 1] - self.origin[1]) * self.scale
         lon, lat = self._to_wgs.transform(e, n)
         return np.column_stack([lon, lat])
+
+
+#: How far (degrees) transformed coordinates may lie outside the CRS's declared area of use before the
+#: import is refused as "wrong --crs" (state-plane zones are used a little past their borders).
+AREA_OF_USE_MARGIN_DEG = 1.0
+
+
+@dataclass
+class CrsGeoreferencer:
+    """Maps ``(x, y)`` in ``crs`` (anything pyproj accepts, e.g. ``EPSG:3089``) exactly to ``(lon, lat)``.
+
+    Refuses (``ValueError`` with a one-line reason) an unknown CRS, one that is neither projected nor
+    geographic, and coordinates that land outside the CRS's area of use — the usual sign that the file
+    is drawn in another CRS or is schematic."""
+
+    crs: str
+    epsg: int | None = field(init=False)
+    _to_wgs: Transformer = field(init=False, repr=False)
+    _area: tuple[float, float, float, float] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        try:
+            crs = CRS.from_user_input(self.crs)
+        except CRSError:
+            raise ValueError(f"unknown CRS {self.crs!r} (give it as EPSG:NNNN)") from None
+        if not (crs.is_projected or crs.is_geographic) or crs.is_geocentric:
+            raise ValueError(f"{self.crs} is a {crs.type_name}, not a projected or geographic CRS")
+        self.epsg = crs.to_epsg()
+        self._to_wgs = Transformer.from_crs(crs, "EPSG:4326", always_xy=True)
+        aou = crs.area_of_use
+        self._area = None if aou is None else (aou.west, aou.south, aou.east, aou.north)
+
+    def transform(self, xy: np.ndarray) -> np.ndarray:
+        """``(n, 2)`` CRS coordinates → ``(n, 2)`` lon/lat."""
+        xy = np.asarray(xy, dtype=float).reshape(-1, 2)
+        lon, lat = self._to_wgs.transform(xy[:, 0], xy[:, 1])
+        out = np.column_stack([np.asarray(lon, dtype=float), np.asarray(lat, dtype=float)])
+        if len(out) and not np.all(np.isfinite(out)):
+            raise ValueError(f"some coordinates cannot be transformed from {self.crs} (outside the projection)")
+        if self._area is not None and len(out):
+            west, south, east, north = self._area
+            m = AREA_OF_USE_MARGIN_DEG
+            lo, hi = out.min(axis=0), out.max(axis=0)
+            if lo[0] < west - m or hi[0] > east + m or lo[1] < south - m or hi[1] > north + m:
+                raise ValueError(
+                    f"the coordinates fall outside {self.crs}'s area of use "
+                    f"({west:g}..{east:g} E, {south:g}..{north:g} N) once transformed "
+                    f"(lon {lo[0]:.3f}..{hi[0]:.3f}, lat {lo[1]:.3f}..{hi[1]:.3f}): is the CRS right?"
+                )
+        return out

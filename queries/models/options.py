@@ -89,7 +89,7 @@ _STATUS = ["OPEN", "CLOSED", "ACTIVE", "CV"]
 _NODE_COMMON = [
     _p("element_id", "string", description="network id"),
     _p("tag", "string"),
-    _p("initial_quality", "number", "mg/L"),
+    _p("initial_quality", "number", "", "unit by the quality type: mg/L (chemical), s (age) or % (trace)"),
     _p("longitude", "number", "degree", "EPSG:4326"),
     _p("latitude", "number", "degree", "EPSG:4326"),
 ]
@@ -143,11 +143,11 @@ NETWORK_SCHEMAS: dict[str, dict[str, Any]] = {
             *_LINK_COMMON,
             _p("length", "number", "m"),
             _p("diameter", "number", "m"),
-            _p("roughness", "number", "", "coefficient of the headloss formula (hydraulic options)"),
+            _p("roughness", "number", "", "H-W C or C-M n (unitless), D-W roughness height in m (hydraulic options)"),
             _p("minor_loss", "number"),
             _p("check_valve", "boolean"),
-            _p("bulk_coeff", "number", "1/day"),
-            _p("wall_coeff", "number", "m/day"),
+            _p("bulk_coeff", "number", "1/s", "first-order bulk reaction coefficient"),
+            _p("wall_coeff", "number", "m/s", "first-order wall reaction coefficient"),
         ],
     },
     "pump": {
@@ -156,7 +156,7 @@ NETWORK_SCHEMAS: dict[str, dict[str, Any]] = {
             *_LINK_COMMON,
             _p("pump_type", "string", enum=["HEAD", "POWER"]),
             _p("pump_curve", "string", description="head curve id (HEAD pumps)"),
-            _p("power", "number", "kW", "constant power (POWER pumps)"),
+            _p("power", "number", "W", "constant power (POWER pumps)"),
             _p("speed", "number", "", "relative speed"),
             _p("speed_pattern", "string"),
             _p("efficiency_curve", "string"),
@@ -241,3 +241,21 @@ NETWORK_SCHEMAS: dict[str, dict[str, Any]] = {
         ],
     },
 }
+
+
+#: The quantity (``queries.units``) of each numeric property with a unit, by kind: what ``units`` of a
+#: result names before ``queries.units.present`` turns it into the project's unit system. A property
+#: not listed keeps its schema unit as it is (seconds, degrees, prices, the valve setting whose unit
+#: depends on the valve type).
+FIELD_QUANTITIES: dict[str, dict[str, str]] = {
+    "junction": {"elevation": "length", "base_demand": "flow", "emitter_coefficient": "emitter_coefficient",
+                 "initial_quality": "quality"},
+    "reservoir": {"base_head": "head", "initial_quality": "quality"},
+    "tank": {"elevation": "length", "init_level": "length", "min_level": "length", "max_level": "length",
+             "diameter": "tank_diameter", "min_volume": "volume", "initial_quality": "quality"},
+    "pipe": {"length": "length", "diameter": "pipe_diameter", "roughness": "roughness", "bulk_coeff": "bulk_rate",
+             "wall_coeff": "wall_rate"},
+    "pump": {"power": "power"},
+    "valve": {"diameter": "pipe_diameter"},
+    "hydraulic": {"minimum_pressure": "pressure", "required_pressure": "pressure"},
+}  # fmt: skip

@@ -47,6 +47,7 @@ from queries.schemas.analysis import (
     SeriesPoint,
 )
 from queries.schemas.common import DataGap, PageRequest, TimeWindow
+from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "analysis_runs"
 MAX_RUN_PAGE = 100  # R-PAGE-1: analysis runs page at most 100
@@ -54,16 +55,25 @@ MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
 MAX_POINTS = 10000  # R-PAGE-2
 NODE_FIELDS = ("pressure", "head", "demand", "quality", "leak_demand")
 LINK_FIELDS = ("flow", "velocity", "headloss", "status", "setting")
+#: Each field's quantity (``queries.units``, shown in the project's unit system) or its fixed meaning.
 UNITS = {
-    "pressure": "m",
-    "head": "m",
-    "demand": "m3/s",
-    "leak_demand": "m3/s",
-    "flow": "m3/s",
-    "velocity": "m/s",
-    "headloss": "m/m (pipes), m (pumps, valves)",
+    "pressure": Q_PRESSURE,
+    "head": Q_HEAD,
+    "demand": Q_FLOW,
+    "leak_demand": Q_FLOW,
+    "flow": Q_FLOW,
+    "velocity": Q_VELOCITY,
+    "headloss": Q_HEADLOSS,  # pumps and valves; a pipe's is per length (``_units``)
     "status": "0 closed, 1 open, 2 active",
 }
+
+
+def _units(element_type: str, field: str) -> dict[str, str]:
+    if field == "headloss" and element_type == "pipe":
+        return {field: Q_UNIT_HEADLOSS}
+    return {field: UNITS[field]} if field in UNITS else {}
+
+
 _SUMMARY_FIELDS = ("run_id", "kind", "status", "title", "created_at", "started_at", "finished_at", "error_code")
 
 
@@ -285,7 +295,7 @@ def query_analysis_series(
             points=[SeriesPoint(time=t, value=v) for t, v in rows],
         ),
         window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
-        units={field: UNITS[field]} if field in UNITS else {},
+        units=_units(element_type, field),
         data_gaps=gaps,
     )
 
@@ -338,7 +348,7 @@ def query_analysis_values(
         queried_at=datetime.now(UTC),
         origin="analysis_run",
         data=data,
-        units={field: UNITS[field]} if field in UNITS else {},
+        units=_units(element_type, field),
         page=data.info(),
         data_gaps=[] if at is not None else [_span_gap(run, element_type, time, time)],
     )

@@ -39,21 +39,23 @@ from queries.schemas.baseline import (
 )
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow
 from queries.services.scada import check_targets, time_window
+from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_QUALITY, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "model_baseline"
 PERMISSION = "simulation.view"
 MAX_POINTS = 10000
 NODE_FIELDS: tuple[str, ...] = ("pressure", "head", "demand", "quality")
 LINK_FIELDS: tuple[str, ...] = ("flow", "velocity", "headloss", "status", "setting")
+#: Each field's quantity (``queries.units``): turned into the project's unit system on the way out.
 _UNITS: dict[str, str] = {
-    "pressure": "m",
-    "head": "m",
-    "demand": "m3/s",
-    "quality": "mg/L",
-    "flow": "m3/s",
-    "velocity": "m/s",
+    "pressure": Q_PRESSURE,
+    "head": Q_HEAD,
+    "demand": Q_FLOW,
+    "quality": Q_QUALITY,
+    "flow": Q_FLOW,
+    "velocity": Q_VELOCITY,
 }
-_HEADLOSS_UNIT = {"pipe": "m/m", "pump": "m", "valve": "m"}
+_HEADLOSS_UNIT = {"pipe": Q_UNIT_HEADLOSS, "pump": Q_HEADLOSS, "valve": Q_HEADLOSS}
 
 
 def fields_of(element_type: str) -> tuple[str, ...]:

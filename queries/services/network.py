@@ -14,6 +14,7 @@ from django.contrib.gis.geos import Point
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
+from queries.models.options import FIELD_QUANTITIES
 from queries.plan import Plan, count_of, prepared, service
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
@@ -37,7 +38,14 @@ def _schema_fields(element_type: str) -> list[str]:
 
 
 def _units(kind: str) -> dict[str, str]:
-    return {p["name"]: p["unit"] for p in NETWORK_SCHEMAS[kind]["properties"] if p["unit"]}
+    """Each property's quantity (``queries.units``; turned into the project's units on the way out), or
+    its schema unit when it is not a convertible quantity."""
+    quantities = FIELD_QUANTITIES.get(kind, {})
+    return {
+        p["name"]: quantities.get(p["name"], p["unit"])
+        for p in NETWORK_SCHEMAS[kind]["properties"]
+        if p["unit"] or p["name"] in quantities
+    }
 
 
 def _db_fields(element_type: str) -> list[str]:

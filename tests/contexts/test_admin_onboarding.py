@@ -84,3 +84,26 @@ def test_non_staff_cannot_onboard() -> None:
     response = client.post(reverse("admin:contexts_project_create"), {"slug": "sneaky"})
     assert response.status_code == 302  # to the admin login: not an operator
     assert not Project.objects.filter(slug="sneaky").exists()
+
+
+def test_delete_a_project_through_admin(operator_client: Client) -> None:
+    """The admin action asks for a reason, then deletes through ``project_delete`` (audited with the
+    operator); a project holding evidence is refused unless "including evidence" is ticked."""
+    from evidence.models import EvidenceSnapshot
+
+    kept, gone = factories.project("adm-keep"), factories.project("adm-gone")
+    leased = factories.leased_run(kept)
+    EvidenceSnapshot.objects.create(project=kept, task=leased.task, run=leased.run, tool="t", source="s", data={},
+                                    byte_size=2, sha256="0" * 64)  # fmt: skip
+    changelist = reverse("admin:contexts_project_changelist")
+    selected = {"action": "delete_projects", "_selected_action": [kept.pk, gone.pk]}
+    confirm = operator_client.post(changelist, selected)
+    assert confirm.status_code == 200 and b"Delete projects and all their data" in confirm.content
+    done = operator_client.post(changelist, {**selected, "confirm": "yes", "reason": "utility left"}, follow=True)
+    assert b"holds 1 evidence snapshots" in done.content and b"Deleted 1 project(s)." in done.content
+    assert set(Project.objects.filter(slug__startswith="adm-").values_list("slug", flat=True)) == {"adm-keep"}
+    event = AccessEvent.objects.get(project_id=gone.pk, action="project_deleted")
+    assert event.actor.startswith("operator:op-onboard#") and event.details["reason"] == "utility left"
+    operator_client.post(changelist, {"action": "delete_projects", "_selected_action": [kept.pk], "confirm": "yes",
+                                      "reason": "with its evidence", "including_evidence": "on"})  # fmt: skip
+    assert not Project.objects.filter(slug="adm-keep").exists()

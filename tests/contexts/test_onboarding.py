@@ -15,7 +15,7 @@ from django.db import transaction
 
 from contexts import dev_issuer
 from contexts.errors import InvalidParameter, NotFound, PermissionDenied
-from contexts.models import AccessEvent, Membership, Principal, Project, QueryContext
+from contexts.models import AccessEvent, ContextEvent, Membership, Principal, Project, QueryContext
 from contexts.onboarding import membership_grant, membership_revoke, project_create
 from contexts.services import Actor, context_create, resolve_context, tool_catalog
 from queries.models import Pipe
@@ -34,7 +34,10 @@ def _events(project: Project) -> list[tuple[str, dict[str, Any]]]:
 @pytest.mark.django_db
 def test_project_create_is_audited_and_refuses_a_taken_slug() -> None:
     project = project_create(slug="utility-x", name="Utility X", actor=ACTOR)
-    assert _events(project) == [("project_created", {"slug": "utility-x", "name": "Utility X"})]
+    assert _events(project) == [
+        ("project_created", {"slug": "utility-x", "name": "Utility X", "timezone": "UTC", "unit_system": "SI"})
+    ]
+    assert (project.timezone, project.unit_system) == ("UTC", "SI")
     assert AccessEvent.objects.get(project_id=project.pk).actor == "operator:test#1"
     with pytest.raises(InvalidParameter, match="exists already"):
         project_create(slug="utility-x", name="again", actor=ACTOR)
@@ -127,7 +130,7 @@ def test_commands_call_the_services(capsys: pytest.CaptureFixture[str]) -> None:
     call_command("membership_revoke", "--project", "onb-cmd", "--sub", "eng-c", "--reason", "test over")
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        "project created: onb-cmd",
+        "project created: onb-cmd (UTC, SI units)",
         "membership granted: eng-c @ onb-cmd = scada.view webgis.view",
         "membership revoked: eng-c @ onb-cmd",
     ]
@@ -143,6 +146,19 @@ def test_commands_call_the_services(capsys: pytest.CaptureFixture[str]) -> None:
         call_command("project_create", "onb-cmd")
     with pytest.raises(CommandError, match="Unknown permission codes"):
         call_command("membership_grant", "--project", "onb-cmd", "--sub", "x", "--permissions", "root")
+
+
+@pytest.mark.django_db
+def test_project_time_zone_and_unit_system(capsys: pytest.CaptureFixture[str]) -> None:
+    call_command("project_create", "onb-tz", "--timezone", "Asia/Shanghai", "--units", "US")
+    assert capsys.readouterr().out == "project created: onb-tz (Asia/Shanghai, US units)\n"
+    project = Project.objects.get(slug="onb-tz")
+    assert (project.timezone, project.unit_system) == ("Asia/Shanghai", "US")
+    with pytest.raises(CommandError, match="Unknown time zone 'Mars/Olympus': give an IANA name"):
+        call_command("project_create", "onb-tz2", "--timezone", "Mars/Olympus")
+    with pytest.raises(CommandError, match="Unknown unit system 'imperial': one of SI, US"):
+        call_command("project_create", "onb-tz2", "--units", "imperial")
+    assert not Project.objects.filter(slug="onb-tz2").exists()
 
 
 @pytest.mark.e2e
@@ -190,3 +206,62 @@ def test_my_own_network_my_own_engineers(
             QueryContext.objects.filter(project__slug=slug).delete()
             Project.objects.filter(slug=slug).delete()
             Principal.objects.filter(subject=sub).delete()
+
+
+@pytest.mark.django_db
+def test_project_delete_revokes_contexts_and_guards_evidence(capsys: pytest.CaptureFixture[str]) -> None:
+    """A project with a network, a live context and an evidence snapshot: refused without
+    --including-evidence (nothing changes), then deleted with it — its context revoked first (audited),
+    every row of it gone, the audit rows kept."""
+    from evidence.models import EvidenceSnapshot
+    from queries.importer.epanet import import_network, wntr_network_path
+    from queries.models import Junction
+
+    project = factories.project("onb-del")
+    import_network(project=project, inp_path=wntr_network_path("Net1.inp"), baseline_hours=1)
+    who = factories.principal("eng-del")
+    factories.membership(who, project, ["webgis.view"])
+    catalog, task_scoped = tool_catalog()
+    created = context_create(token=factories.token(who), project_slug="onb-del", session_id="s-del",
+                             purpose="ordinary_chat", catalog=catalog, task_scoped=task_scoped)  # fmt: skip
+    leased = factories.leased_run(project)
+    EvidenceSnapshot.objects.create(project=project, task=leased.run.task, run=leased.run, tool="t", source="s",
+                                    data={}, byte_size=2, sha256="0" * 64)  # fmt: skip
+    with pytest.raises(CommandError, match="'onb-del' holds 1 evidence snapshots: delete it with --including-evidence"):
+        call_command("project_delete", "onb-del")
+    assert QueryContext.objects.get(pk=created.context_id).revoked_at is None
+    assert Junction.objects.filter(project=project).count() == 9
+
+    call_command("project_delete", "onb-del", "--including-evidence", "--reason", "utility left")
+    assert capsys.readouterr().out == "project deleted: onb-del (1 contexts revoked, 1 evidence snapshots)\n"
+    assert not Project.objects.filter(slug="onb-del").exists()
+    assert not Junction.objects.filter(project_id=project.pk).exists()
+    assert not EvidenceSnapshot.objects.filter(project_id=project.pk).exists()
+    assert ContextEvent.objects.filter(context_id=created.context_id, action="revoked").count() == 1
+    deleted = AccessEvent.objects.get(project_id=project.pk, action="project_deleted")
+    assert deleted.details == {"slug": "onb-del", "reason": "utility left", "contexts_revoked": 1,
+                               "evidence snapshots": 1}  # fmt: skip
+    with pytest.raises(CommandError, match="No project 'onb-del'"):
+        call_command("project_delete", "onb-del")
+
+
+@pytest.mark.django_db
+def test_unit_system_change_is_audited_and_seen_by_the_next_resolution() -> None:
+    project = factories.project("onb-units")
+    who = factories.principal("eng-units")
+    factories.membership(who, project, ["webgis.view"])
+    token = factories.token(who)
+    catalog, task_scoped = tool_catalog()
+    created = context_create(token=token, project_slug="onb-units", session_id="s-u", purpose="ordinary_chat",
+                             catalog=catalog, task_scoped=task_scoped)  # fmt: skip
+    assert (
+        resolve_context(handle=created.handle, token=token, tool_name=None, required_permissions=()).unit_system == "SI"
+    )
+    call_command("project_set_units", "onb-units", "--units", "US")
+    assert (
+        resolve_context(handle=created.handle, token=token, tool_name=None, required_permissions=()).unit_system == "US"
+    )
+    assert [a for a, _ in _events(project)][-1:] == ["project_units_changed"]
+    assert _events(project)[-1][1] == {"before": "SI", "after": "US"}
+    with pytest.raises(CommandError, match="Unknown unit system 'metric'"):
+        call_command("project_set_units", "onb-units", "--units", "metric")

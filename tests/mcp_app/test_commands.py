@@ -141,3 +141,12 @@ def test_catalog_check_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
         call_command("mcp_catalog_check", stderr=err)
     assert exc.value.returncode == 1
     assert "no required permission" in err.getvalue()
+
+
+def test_catalog_check_url_takes_the_base_url_or_the_mcp_url() -> None:
+    from mcp_app.management.commands.mcp_catalog_check import mcp_endpoint
+
+    for given in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/mcp",
+                  "http://127.0.0.1:8000/mcp/"):  # fmt: skip
+        assert mcp_endpoint(given) == "http://127.0.0.1:8000/mcp"
+    assert mcp_endpoint("https://water.example/tjwater/") == "https://water.example/tjwater/mcp"

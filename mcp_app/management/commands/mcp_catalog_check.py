@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from jsonschema import Draft202012Validator
@@ -146,11 +147,23 @@ def catalog_table(tools: list[ToolSpec]) -> str:
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
 
 
+def mcp_endpoint(url: str) -> str:
+    """The ``/mcp`` endpoint of ``url``, given either the server's base URL (``http://host:8000``, also
+    under a path prefix) or the endpoint itself (``http://host:8000/mcp``, a trailing slash allowed)."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    if not path.endswith("/mcp"):
+        path += "/mcp"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
 class Command(BaseCommand):
     help = "Check the tool registry offline, or whether a running server is ready (--url)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--url", help="check a running server's /mcp endpoint instead of the local registry")
+        parser.add_argument(
+            "--url", help="check a running server instead of the local registry: its base URL or its /mcp URL"
+        )
         parser.add_argument("--token", help="bearer token for --url (mcp.query and mcp.context.bind for the call)")
         parser.add_argument(
             "--client-credentials", action="store_true", help="get the token from the issuer (this service's client)"
@@ -184,7 +197,7 @@ class Command(BaseCommand):
         if not token:
             raise CommandError("--url needs --token or --client-credentials", returncode=EXIT_MISCONFIGURED)
         checks = LiveCheck(
-            options["url"], token, project=options["project"], context_handle=options["context_handle"]
+            mcp_endpoint(options["url"]), token, project=options["project"], context_handle=options["context_handle"]
         ).run()
         status = overall(checks)
         verdict = {"ok": "ready", "not_ready": "not ready", "misconfigured": "misconfigured"}[status]

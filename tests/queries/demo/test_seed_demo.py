@@ -92,6 +92,8 @@ def database_digest() -> dict[str, tuple[int, str]]:
 
 def test_projects_principals_and_memberships(db: None) -> None:
     demo, demo_b = Project.objects.get(slug=DEMO_SLUG), Project.objects.get(slug=DEMO_B_SLUG)
+    assert (demo.timezone, demo_b.timezone) == ("Asia/Shanghai", "Asia/Shanghai")  # data itself stays in UTC
+    assert (demo.unit_system, demo_b.unit_system) == ("SI", "SI")
     issuer = settings.TJWATER_OIDC_ISSUER
     subjects = set(Principal.objects.filter(issuer=issuer).values_list("subject", flat=True))
     assert {"alice", "bob", "carol", "svc-worker"} <= subjects

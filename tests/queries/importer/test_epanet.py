@@ -4,6 +4,7 @@ the command's answers to bad input."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,17 @@ import pytest
 import wntr
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from pyproj import Geod
+from pyproj import Geod, Transformer
 
 from contexts.models import Project
-from queries.importer.epanet import BASELINE_START, NetworkImportError, import_network, wntr_network_path
+from queries.importer.epanet import (
+    BASELINE_START,
+    NetworkImportError,
+    import_network,
+    read_inp,
+    simulate,
+    wntr_network_path,
+)
 from queries.models import (
     NETWORK_SCHEMAS,
     Curve,
@@ -196,17 +204,129 @@ def _with_orphan_junction(tmp_path: Path) -> Path:
     return path
 
 
+def _with_bad_accuracy(tmp_path: Path) -> Path:
+    """Net1 with an accuracy of -1: WNTR reads it, EPANET refuses to simulate it (its error 200)."""
+    text = re.sub(r"(?im)^\s*Accuracy\s+\S+", " Accuracy -1", wntr_network_path("Net1.inp").read_text())
+    path = tmp_path / "net1-bad-accuracy.inp"
+    path.write_text(text)
+    return path
+
+
 def test_failed_reimport_leaves_the_old_network_intact(project: Project, tmp_path: Path) -> None:
-    """A real failure half-way: the new file's elements are written, then EPANET refuses to simulate
-    it (an unconnected node); the transaction rolls back and the old network and baseline remain."""
+    """A real failure half-way: the new file's elements are written, then EPANET refuses to simulate it;
+    the transaction rolls back and the old network and baseline remain."""
     import_network(project=project, inp_path=wntr_network_path("Net3.inp"), baseline_hours=1)
     before = _counts(project), NodeBaseline.objects.filter(project=project).count()
     assert before[1] > 0
-    with pytest.raises(NetworkImportError, match="hydraulic simulation failed: EPANET error 200"):
-        import_network(project=project, inp_path=_with_orphan_junction(tmp_path), baseline_hours=1)
+    with pytest.raises(NetworkImportError) as info:
+        import_network(project=project, inp_path=_with_bad_accuracy(tmp_path), baseline_hours=1)
+    assert str(info.value) == "hydraulic simulation failed: EPANET error 200: one or more errors in input file"
     assert (_counts(project), NodeBaseline.objects.filter(project=project).count()) == before
     assert Junction.objects.filter(project=project, element_id="601").exists()  # a Net3 id
-    assert not Junction.objects.filter(project=project, element_id="ORPHAN").exists()
+    assert not Junction.objects.filter(project=project, element_id="11").exists()  # a Net1-only id
+
+
+def test_disconnected_network_names_its_unconnected_nodes(project: Project, tmp_path: Path) -> None:
+    import_network(project=project, inp_path=wntr_network_path("Net1.inp"), baseline_hours=0)
+    with pytest.raises(NetworkImportError) as info:
+        import_network(project=project, inp_path=_with_orphan_junction(tmp_path), baseline_hours=0)
+    assert str(info.value) == ("the network is disconnected: 1 node(s) not connected to any reservoir or tank: ORPHAN")
+    assert _counts(project)["junction"] == 9
+
+
+def _truncated(tmp_path: Path, name: str, marker: str) -> Path:
+    text = wntr_network_path(name).read_text()
+    path = tmp_path / "broken.inp"
+    path.write_text(text[: text.index(marker) + len(marker) + 40])
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Net1 has its [OPTIONS] (flow units) at the end: cut half-way, the junctions cannot be read.
+        (None, "broken.inp: [JUNCTIONS] line 8: the flow units are unknown (no UNITS in an [OPTIONS] section) "
+               "(the file has no [END] section: is it truncated?)"),
+        ("[OPTIONS]\n UNITS GPM\n[JUNCTIONS]\n J1 700\n J2 not-a-number\n[END]\n",
+         "broken.inp: [JUNCTIONS] line 5: not a number: 'not-a-number'"),
+        ("[OPTIONS]\n UNITS GPM\n[JUNCTIONS]\n J1 700\n[PIPES]\n P1 J1 NOWHERE 100 10 100 0 Open\n[END]\n",
+         "broken.inp: [PIPES] line 6: undefined node, 'NOWHERE'"),
+        ("[OPTIONS]\n UNITS GPM\n[JUNCTIONS]\n J1 700\n J2 700\n[PIPES]\n P1 J1\n[END]\n",
+         "broken.inp: [PIPES] line 7: too few fields on the line"),
+        ("this is not an EPANET file\n", "broken.inp: line 1: syntax error in 'this is not an EPANET file'"),
+    ],
+)  # fmt: skip
+def test_malformed_inp_names_section_line_and_reason(tmp_path: Path, text: str | None, message: str) -> None:
+    path = _truncated(tmp_path, "Net1.inp", "[PIPES]") if text is None else tmp_path / "broken.inp"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(NetworkImportError) as info:
+        read_inp(path)
+    assert str(info.value) == "not a readable EPANET .inp file: " + message
+    assert "Error" not in str(info.value) and "Exception" not in str(info.value)
+
+
+def test_epanet_failure_says_what_the_code_means() -> None:
+    wn = read_inp(wntr_network_path("Net1.inp"))
+    wn.options.hydraulic.accuracy = -1  # EPANET refuses the input (its code 200)
+    with pytest.raises(NetworkImportError) as info:
+        simulate(wn, hours=1, step_minutes=60)
+    assert str(info.value) == "hydraulic simulation failed: EPANET error 200: one or more errors in input file"
+
+
+def test_ky4_in_its_crs_matches_pyproj_within_a_centimetre(project: Project) -> None:
+    """ky4 is drawn in Kentucky state plane, US survey feet (EPSG:3089): every stored node position and
+    every link vertex is pyproj's transform of the .inp coordinate, within 0.01 m."""
+    path = wntr_network_path("ky4.inp")
+    import_network(project=project, inp_path=path, crs="EPSG:3089", baseline_hours=0)
+    wn = wntr.network.WaterNetworkModel(str(path))
+    to_wgs = Transformer.from_crs("EPSG:3089", "EPSG:4326", always_xy=True)
+    stored = {
+        (m.element_type, row.element_id): row.geom.coords
+        for m in (Junction, Reservoir, Tank)
+        for row in m.objects.filter(project=project).only("element_id", "geom")
+    }
+    expected = {}
+    for name, node in wn.nodes():
+        expected[(node.node_type.lower(), name)] = to_wgs.transform(*node.coordinates)
+    assert set(stored) == set(expected) and len(stored) == wn.num_nodes
+    keys = sorted(stored)
+    _, _, node_err = GEOD.inv(*zip(*(stored[k] for k in keys), strict=True),
+                              *zip(*(expected[k] for k in keys), strict=True))  # fmt: skip
+    assert float(np.max(node_err)) <= 0.01
+    vertex_err = []
+    vertex_links = [(n, link) for n, link in wn.links() if link.vertices]
+    assert len(vertex_links) > 100
+    for name, link in vertex_links:
+        row = Pipe.objects.filter(project=project, element_id=name).only("geom").first()
+        if row is None:
+            continue
+        got = row.geom.coords[1:-1]
+        want = [to_wgs.transform(x, y) for x, y in link.vertices]
+        assert len(got) == len(want)
+        _, _, err = GEOD.inv(*zip(*got, strict=True), *zip(*want, strict=True))
+        vertex_err.extend(np.atleast_1d(err))
+    assert len(vertex_err) > 1000 and float(np.max(vertex_err)) <= 0.01
+
+
+def test_command_crs_negative_centre_and_no_baseline(project: Project) -> None:
+    net1 = str(wntr_network_path("Net1.inp"))
+    for spelling in (["--center", "-85.5,38.0"], ["--center=-85.5,38.0"]):
+        call_command("import_network", net1, "--project", project.slug, *spelling, "--scale", "10", "--no-baseline")
+        lons = [j.geom.x for j in Junction.objects.filter(project=project)]
+        assert (min(lons) + max(lons)) / 2 == pytest.approx(-85.5, abs=0.005)
+        assert not NodeBaseline.objects.filter(project=project).exists()
+    call_command("import_network", str(wntr_network_path("ky4.inp")), "--project", project.slug,
+                 "--crs", "EPSG:3089", "--no-baseline")  # fmt: skip
+    j1 = Junction.objects.get(project=project, element_id="J-1")
+    assert (j1.geom.x, j1.geom.y) == pytest.approx((-85.576008643, 38.049062827), abs=1e-8)
+    with pytest.raises(CommandError, match="unknown CRS 'EPSG:999999'"):
+        call_command("import_network", net1, "--project", project.slug, "--crs", "EPSG:999999")
+    with pytest.raises(CommandError, match="outside EPSG:3089's area of use"):
+        call_command("import_network", net1, "--project", project.slug, "--crs", "EPSG:3089")
+    with pytest.raises(CommandError, match="--center/--scale are for schematic networks only"):
+        call_command("import_network", net1, "--project", project.slug, "--crs", "EPSG:3089", "--scale", "2")
+    assert Junction.objects.filter(project=project, element_id="J-1").exists()  # refusals touched nothing
 
 
 def test_unreadable_file_is_refused_before_touching_anything(project: Project, tmp_path: Path) -> None:
@@ -221,7 +341,7 @@ def test_unreadable_file_is_refused_before_touching_anything(project: Project, t
 def test_command_errors_via_call_command(project: Project, tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="network file not found"):
         call_command("import_network", str(tmp_path / "missing.inp"), "--project", project.slug)
-    with pytest.raises(CommandError, match="hydraulic simulation failed"):
+    with pytest.raises(CommandError, match="the network is disconnected: 1 node"):
         call_command("import_network", str(_with_orphan_junction(tmp_path)), "--project", project.slug)
     with pytest.raises(CommandError, match="unknown project"):
         call_command("import_network", str(wntr_network_path("Net1.inp")), "--project", "no-such-project")

@@ -1,0 +1,67 @@
+"""``manage.py import_gis FILE --project SLUG --layer-key KEY [--source-layer NAME] [--crs EPSG:NNNN]
+[--element-type pipe --element-field ASSET_ID] [--district-field NAME] [--strict]``: import a GIS layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from contexts.models import Project
+from queries.importer.gis import SHOWN_FIDS, GisImportError, import_gis
+from queries.models import ELEMENT_MODELS
+
+
+class Command(BaseCommand):
+    help = (
+        "Import one layer of a GeoPackage, Shapefile (.shp or .zip) or GeoJSON file as a project's source GIS "
+        "layer (replacing a layer of the same key atomically), transformed to WGS84, every attribute kept, "
+        "features linked to model elements through --element-field."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="a .gpkg, .shp, .zip (holding a Shapefile), .geojson or .json file")
+        parser.add_argument("--project", required=True, help="slug of an existing project")
+        parser.add_argument("--layer-key", required=True, help="the key tools name the layer by")
+        parser.add_argument("--source-layer", default=None, help="the layer in the file (needed if it has several)")
+        parser.add_argument("--crs", default=None, help="CRS of a file that declares none, e.g. EPSG:3089")
+        parser.add_argument("--element-type", default=None, choices=list(ELEMENT_MODELS))
+        parser.add_argument("--element-field", default=None, help="attribute holding the model element id")
+        parser.add_argument("--district-field", default=None, help="attribute holding the district of the element")
+        parser.add_argument("--strict", action="store_true", help="refuse the whole file if any feature is bad")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = Project.objects.filter(slug=options["project"]).first()
+        if project is None:
+            raise CommandError(f"unknown project {options['project']!r} (create it first)")
+        try:
+            summary = import_gis(
+                project=project,
+                path=Path(options["file"]),
+                layer_key=options["layer_key"],
+                source_layer=options["source_layer"],
+                crs=options["crs"],
+                element_type=options["element_type"],
+                element_field=options["element_field"],
+                district_field=options["district_field"],
+                strict=options["strict"],
+            )
+        except GisImportError as exc:
+            raise CommandError(str(exc)) from exc
+        for fid, reason in summary.skipped:
+            self.stderr.write(f"skipped feature fid {fid}: {reason}")
+        line = (
+            f"imported layer {summary.source_layer} of {Path(options['file']).name} as {summary.layer_key} into "
+            f"{project.slug} ({summary.source_crs} → EPSG:4326) in {summary.seconds:.1f}s: "
+            f"{summary.features} features, {len(summary.skipped)} skipped"
+        )
+        if options["element_type"]:
+            line += f", {summary.linked} linked to {options['element_type']}s"
+            if summary.unlinked_fids:
+                shown = ", ".join(summary.unlinked_fids[:SHOWN_FIDS])
+                more = " …" if len(summary.unlinked_fids) > SHOWN_FIDS else ""
+                line += f", {len(summary.unlinked_fids)} naming no model element (fids {shown}{more})"
+        if options["district_field"]:
+            line += f", {summary.districts} districts set"
+        self.stdout.write(line)

@@ -1,0 +1,97 @@
+"""The README's shell blocks, run as written in a new shell (no variables but PATH and HOME, plus where the
+server and its database are) against a real server: the commands a newcomer pastes cannot drift again.
+The only change to a block is the server's address: ``127.0.0.1:8000`` (``make run``'s port) becomes the
+test server's."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from contexts.models import Project
+from tests.conftest import ROOT, ServerProcess, subprocess_database_url
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
+
+
+def readme_blocks() -> list[str]:
+    return re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+
+
+def _run(block: str, server: ServerProcess) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/root",
+        # Where `make run`'s server keeps its state; here the test server's (same database, Redis, dev key).
+        "DATABASE_URL": subprocess_database_url(),
+        "REDIS_URL": "redis://127.0.0.1:6379/15",
+        "TJWATER_DATA_DIR": str(ROOT / "var" / "test"),
+        "PORT": str(server.port),
+    }
+    script = block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+    return subprocess.run(
+        ["bash", "-e", "-o", "pipefail", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_the_readme_has_the_blocks_this_test_knows() -> None:
+    blocks = readme_blocks()
+    assert len(blocks) == 3
+    assert "mcp_token --sub alice" in blocks[0] and "--audience tjwater-api" in blocks[1]
+    assert "--crs EPSG:3089" in blocks[2] and "import_gis" in blocks[2]
+
+
+def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerProcess], django_db_blocker: Any) -> None:
+    server = start_server()
+    first, rest, onboard = readme_blocks()
+
+    out = _run(first, server)
+    assert out.returncode == 0, out.stderr
+    assert '"context_handle"' in out.stdout and "context revoked" in out.stdout
+
+    out = _run(rest, server)
+    assert out.returncode == 0, out.stderr
+    assert '"element_id":"LINK-1523"' in out.stdout.replace(" ", "")
+
+    out = _run(onboard, server)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "project created: my-utility (America/New_York, US units)" in lines
+    assert any(line.startswith("imported ky4.inp into my-utility") for line in lines), out.stdout
+    assert any("12 features, 0 skipped, 12 linked to pipes" in line for line in lines), out.stdout
+    assert "context created: project=my-utility purpose=ordinary_chat" in out.stdout
+    assert '"source": "model_network"' in out.stdout and lines[-1] == "context revoked"
+    # Run twice: the walk starts afresh (project_delete) and gives the same answer.
+    again = _run(onboard, server)
+    assert again.returncode == 0, again.stderr
+    with django_db_blocker.unblock():
+        assert Project.objects.get(slug="my-utility").unit_system == "US"
+        subprocess.run(
+            ["scripts/dev", "manage.py", "project_delete", "my-utility", "--reason", "test over"],
+            cwd=ROOT, env={"PATH": "/usr/bin:/bin", "DATABASE_URL": subprocess_database_url()}, check=True,
+            capture_output=True,
+        )  # fmt: skip
+
+
+def test_manage_py_without_configuration_is_one_clear_line() -> None:
+    proc = subprocess.run(
+        [str(ROOT / ".venv/bin/python"), "manage.py", "mcp_token", "--sub", "alice"],
+        cwd=ROOT, env={"PATH": "/usr/bin:/bin", "TJWATER_READ_ENV_FILE": "0"}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        "manage.py: SECRET_KEY must be set when DEBUG=False (for local use run it through scripts/dev, which sets "
+        "the demo configuration: scripts/dev manage.py mcp_token …)"
+    ]
+    help_out = subprocess.run(
+        ["scripts/dev", "manage.py", "help"], cwd=ROOT, env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert help_out.returncode == 0, help_out.stderr
+    for command in ("project_create", "project_delete", "import_network", "import_gis", "mcp_token", "seed_demo"):
+        assert f"    {command}\n" in help_out.stdout
