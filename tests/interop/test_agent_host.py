@@ -14,13 +14,16 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
-from contexts.models import ExecutionRequest, Membership, Principal, QueryContext, Task, TaskRun
+from contexts.models import ExecutionRequest, Membership, Principal, Project, QueryContext, Task, TaskRun
 from contexts.onboarding import membership_grant
 from contexts.services import Actor
 from examples.agent_host import (
@@ -41,6 +44,7 @@ PROJECT = "tianjin-demo"
 WORKER_CLIENT_ID = "tjwater-worker"
 WORKER_CLIENT_SECRET = "tjwater-worker-dev-secret"  # noqa: S105 - the dev provider's documented default
 PERMISSIONS = ["webgis.view", "scada.view", "simulation.view"]
+HOST_TASK_TITLE = "agent host investigation (worker identity)"
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +61,21 @@ def alice_member(idp: IdentityProvider, django_db_blocker: Any) -> Iterator[str]
                 permissions=PERMISSIONS,
                 actor=Actor(label="test:agent-host"),
             )
+        # The investigation the host runs belongs to the worker's service identity (issue 17: only a run's
+        # owner binds task contexts on it).
+        worker = Principal.objects.get(issuer=idp.issuer, subject=WORKER_CLIENT_ID)
+        task = Task.objects.create(project=Project.objects.get(slug=PROJECT), title=HOST_TASK_TITLE)
+        run = TaskRun.objects.create(
+            task=task,
+            sequence=1,
+            owner=worker,
+            lease_holder=f"host-session-{uuid.uuid4().hex[:8]}",
+            lease_expires_at=timezone.now() + timedelta(hours=2),
+        )
+        ExecutionRequest.objects.create(run=run, request_id=f"host-exec-{uuid.uuid4().hex[:8]}")
     yield subject
     with django_db_blocker.unblock():
+        Task.objects.filter(pk=task.pk).delete()
         for who in (subject, WORKER_CLIENT_ID):
             QueryContext.objects.filter(principal__issuer=idp.issuer, principal__subject=who).delete()
             Membership.objects.filter(principal__issuer=idp.issuer, principal__subject=who).delete()
@@ -66,9 +83,9 @@ def alice_member(idp: IdentityProvider, django_db_blocker: Any) -> Iterator[str]
 
 
 def _demo_run(django_db_blocker: Any) -> tuple[TaskRun, str]:
-    """The demo investigation's current run and its execution request id."""
+    """The worker's investigation (``alice_member``): its current run and its execution request id."""
     with django_db_blocker.unblock():
-        task = Task.objects.filter(project__slug=PROJECT).order_by("id").first()
+        task = Task.objects.filter(project__slug=PROJECT, title=HOST_TASK_TITLE).order_by("id").first()
         assert task is not None
         run = TaskRun.objects.get(task=task, superseded_at__isnull=True)
         return run, ExecutionRequest.objects.filter(run=run).values_list("request_id", flat=True)[0]
