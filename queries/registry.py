@@ -155,6 +155,7 @@ FAMILIES: tuple[str, ...] = (
     "queries.tools.scada",
     "queries.tools.baseline",
     "queries.tools.spatial",
+    "queries.tools.topology",
     "queries.tools.gis",
     "queries.tools.runtime",
     "queries.tools.peripheral",
