@@ -156,6 +156,7 @@ FAMILIES: tuple[str, ...] = (
     "queries.tools.baseline",
     "queries.tools.spatial",
     "queries.tools.topology",
+    "queries.tools.ranking",
     "queries.tools.gis",
     "queries.tools.runtime",
     "queries.tools.peripheral",
