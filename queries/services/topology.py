@@ -150,9 +150,11 @@ def connected_page(*, limit: int = DEFAULT_CONNECTED_LIMIT, offset: int = 0) -> 
 
 def _check_element(element_type: str, element_id: str) -> None:
     if element_type not in ELEMENT_MODELS:
-        raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
+        raise InvalidParameter(
+            f"element_type must be one of {', '.join(ELEMENT_MODELS)}.", details={"field": "element_type"}
+        )
     if not isinstance(element_id, str) or not element_id:
-        raise InvalidParameter("element_id must be a non-empty element id.")
+        raise InvalidParameter("element_id must be a non-empty element id.", details={"field": "element_id"})
 
 
 def _start(element_type: str, project_id: int, element_id: str) -> Any:
@@ -173,10 +175,10 @@ def get_connected_elements(
     count, for a page past the end)."""
     _check_element(element_type, element_id)
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
-        raise InvalidParameter(f"depth must be an integer from 1 to {MAX_DEPTH}.")
+        raise InvalidParameter(f"depth must be an integer from 1 to {MAX_DEPTH}.", details={"field": "depth"})
     page = page or connected_page()
     if page.limit > MAX_CONNECTED_LIMIT:
-        raise InvalidParameter(f"limit must be between 1 and {MAX_CONNECTED_LIMIT}.")
+        raise InvalidParameter(f"limit must be between 1 and {MAX_CONNECTED_LIMIT}.", details={"field": "limit"})
     rows = yield _start(element_type, scope.project_id, element_id)
     if not rows:
         raise NotFound(f"No {element_type} with that id in this project.", details={"field": "element_id"})
@@ -349,13 +351,15 @@ def trace_flow_path(
     type of the reservoirs and tanks reached."""
     _check_element(element_type, element_id)
     if direction not in DIRECTIONS:
-        raise InvalidParameter("direction must be upstream or downstream.")
+        raise InvalidParameter("direction must be upstream or downstream.", details={"field": "direction"})
     if (
         isinstance(max_elements, bool)
         or not isinstance(max_elements, int)
         or not 1 <= max_elements <= MAX_TRACE_ELEMENTS
     ):
-        raise InvalidParameter(f"max_elements must be an integer from 1 to {MAX_TRACE_ELEMENTS}.")
+        raise InvalidParameter(
+            f"max_elements must be an integer from 1 to {MAX_TRACE_ELEMENTS}.", details={"field": "max_elements"}
+        )
     asked = _aware(time)
     rows = yield _start(element_type, scope.project_id, element_id)
     if not rows:
