@@ -260,7 +260,7 @@ SCENARIOS: list[Scenario] = [
             "field": "pressure",
             "time": "2026-11-01T09:00:00Z",
             "limit": 50,
-            "area": {"center": [117.2, 39.1], "radius_m": 2000},
+            "area": {"center": [117.2437, 39.1491], "radius_m": 2000},
         },
         SCALE,
     ),  # fmt: skip
