@@ -44,10 +44,11 @@ class ConnectedPage(Page[ConnectedElement]):
 
 
 class TraceElement(BaseModel):
-    """One element water passes through at ``time``. ``hop``: node-to-node steps from the start
-    (breadth first: the fewest). Links carry the baseline flow (m³/s, its magnitude) and the direction
-    water moves at that instant (``from_node`` → ``to_node``). ``dominant``: on the dominant path (from
-    the start, the link with the largest flow at each step, ties by id)."""
+    """One element water passes through at ``time``. ``hop``: node-to-node steps from the start — along
+    the dominant path for its elements, breadth first (the fewest) for the others; a start link and its
+    first node are hop 0. Links carry the baseline flow (m³/s, its magnitude) and the direction water moves
+    at that instant (``from_node`` → ``to_node``). ``dominant``: on the dominant path (from the start, the
+    link with the largest flow at each step, ties by id)."""
 
     element_type: ElementType
     element_id: str
