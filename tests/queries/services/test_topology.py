@@ -223,6 +223,22 @@ def test_trace_budget_keeps_the_dominant_path_first(demo_loaded: None, demo_call
     )
     assert reply["data"]["time"] == "2026-11-01T09:00:00Z"
     assert [i["element_id"] for i in reply["data"]["items"]] == [i.element_id for i in small.data.items]
+    # A whole subgraph over 12000 bytes is cut to fit inline (R-PAGE-5): still valid output, the dominant
+    # path intact at its head, marked truncated.
+    whole = structured(
+        demo_call(
+            "trace_flow_path",
+            {
+                "element_type": "junction",
+                "element_id": "JUNCTION-1304",
+                "direction": "upstream",
+                "time": AT.isoformat(),
+                "max_elements": 500,
+            },
+        )  # fmt: skip
+    )
+    assert whole["truncated"] is True and len(whole["data"]["items"]) < len(full.data.items)
+    assert [i["element_id"] for i in whole["data"]["items"]][: len(path)] == path
 
 
 def test_trace_from_a_link_and_without_flow(demo_loaded: None) -> None:
