@@ -161,6 +161,8 @@ FAMILIES: tuple[str, ...] = (
     "queries.tools.scada",
     "queries.tools.baseline",
     "queries.tools.spatial",
+    "queries.tools.topology",
+    "queries.tools.ranking",
     "queries.tools.gis",
     "queries.tools.runtime",
     "queries.tools.peripheral",

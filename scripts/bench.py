@@ -199,6 +199,81 @@ SCENARIOS: list[Scenario] = [
         "query_element_history",
         {"elements": HISTORY, "start": DAY[0], "end": DAY[1], "mode": "observed", "limit": 500},
     ),
+    # Issue 22: topology, flow path, rankings — each at a typical size and at its maximum (the scale
+    # network's tile T0505 is Net6 with prefixed ids; its baseline is hourly from 2026-11-01T00:00Z).
+    Scenario(
+        "get_connected_elements depth 1",
+        "get_connected_elements",
+        {"element_type": "pipe", "element_id": "LINK-1523"},
+    ),
+    Scenario(
+        "get_connected_elements depth 3, page 500 (max, scale)",
+        "get_connected_elements",
+        {"element_type": "junction", "element_id": "T0505-JUNCTION-1304", "depth": 3, "limit": 500},
+        SCALE,
+    ),
+    Scenario(
+        "trace_flow_path upstream 60 (demo)",
+        "trace_flow_path",
+        {"element_type": "junction", "element_id": "JUNCTION-1304", "direction": "upstream", "time": AT},
+    ),
+    Scenario(
+        "trace_flow_path upstream to the source, 500 (max, scale)",
+        "trace_flow_path",
+        {
+            "element_type": "junction",
+            "element_id": "T0505-JUNCTION-1304",
+            "direction": "upstream",
+            "time": "2026-11-01T09:00:00Z",
+            "max_elements": 500,
+        },
+        SCALE,
+    ),  # fmt: skip
+    Scenario(
+        "trace_flow_path downstream 500 (max, scale)",
+        "trace_flow_path",
+        {
+            "element_type": "pipe",
+            "element_id": "T0505-LINK-1523",
+            "direction": "downstream",
+            "time": "2026-11-01T09:00:00Z",
+            "max_elements": 500,
+        },
+        SCALE,
+    ),  # fmt: skip
+    Scenario(
+        "rank_model_baseline Hexi 10",
+        "rank_model_baseline",
+        {"element_type": "junction", "field": "pressure", "time": AT, "limit": 10, "area": {"district": "Hexi"}},
+    ),
+    Scenario(
+        "rank_model_baseline 50, whole network (max, scale)",
+        "rank_model_baseline",
+        {"element_type": "junction", "field": "pressure", "time": "2026-11-01T09:00:00Z", "limit": 50},
+        SCALE,
+    ),
+    Scenario(
+        "rank_model_baseline 50 in 2 km (scale)",
+        "rank_model_baseline",
+        {
+            "element_type": "junction",
+            "field": "pressure",
+            "time": "2026-11-01T09:00:00Z",
+            "limit": 50,
+            "area": {"center": [117.2437, 39.1491], "radius_m": 2000},
+        },
+        SCALE,
+    ),  # fmt: skip
+    Scenario(
+        "rank_scada_deviation pressure 4 h",
+        "rank_scada_deviation",
+        {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "pressure"},
+    ),
+    Scenario(
+        "rank_scada_deviation pressure 24 h, 50 (max)",
+        "rank_scada_deviation",
+        {"start": DAY[0], "end": DAY[1], "quantity": "pressure", "limit": 50},
+    ),
     Scenario("get_workbench_runtime", "get_workbench_runtime", {}),
     Scenario("query_peripheral_data observations", "query_peripheral_data", {"source": "observations"}),
     # Task purpose (R-EVID): each call claims a receipt, runs the query and saves an evidence snapshot

@@ -132,6 +132,15 @@ class Tank(Node):
         indexes = [GistIndex(fields=["geog"], name="tank_geog_gist")]
 
 
+def _node_indexes(prefix: str) -> list[models.Index]:
+    """Btrees on a link table's end nodes: the topology tools (``queries.services.topology``) walk the
+    network node → its links by probing these, never by scanning the table."""
+    return [
+        models.Index(fields=["project", "start_node_id"], name=f"{prefix}_start_node"),
+        models.Index(fields=["project", "end_node_id"], name=f"{prefix}_end_node"),
+    ]
+
+
 class Pipe(Link):
     """An EPANET pipe: length (m), diameter (m), roughness (coefficient of the network's headloss
     formula), minor loss coefficient, initial status and check valve."""
@@ -148,7 +157,7 @@ class Pipe(Link):
     class Meta:
         ordering = ["project_id", "element_id"]
         constraints = [models.UniqueConstraint(fields=["project", "element_id"], name="pipe_project_id_uniq")]
-        indexes = [GistIndex(fields=["geog"], name="pipe_geog_gist")]
+        indexes = [GistIndex(fields=["geog"], name="pipe_geog_gist"), *_node_indexes("pipe")]
 
 
 class Pump(Link):
@@ -172,7 +181,7 @@ class Pump(Link):
     class Meta:
         ordering = ["project_id", "element_id"]
         constraints = [models.UniqueConstraint(fields=["project", "element_id"], name="pump_project_id_uniq")]
-        indexes = [GistIndex(fields=["geog"], name="pump_geog_gist")]
+        indexes = [GistIndex(fields=["geog"], name="pump_geog_gist"), *_node_indexes("pump")]
 
 
 class Valve(Link):
@@ -197,7 +206,7 @@ class Valve(Link):
     class Meta:
         ordering = ["project_id", "element_id"]
         constraints = [models.UniqueConstraint(fields=["project", "element_id"], name="valve_project_id_uniq")]
-        indexes = [GistIndex(fields=["geog"], name="valve_geog_gist")]
+        indexes = [GistIndex(fields=["geog"], name="valve_geog_gist"), *_node_indexes("valve")]
 
 
 class Pattern(models.Model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import importlib
 import json
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ from django.core.management.base import CommandError
 
 from contexts import tokens
 from mcp_app.management.commands.mcp_catalog_check import check_catalog
-from queries.registry import all_tools, input_object
+from queries.registry import TEST_FAMILIES, all_tools, input_object
 
 
 def test_mcp_token_prints_exactly_one_valid_token() -> None:
@@ -102,10 +103,29 @@ def test_client_credentials_fetches_from_real_issuer(token_endpoint: TokenEndpoi
         call_command("mcp_token", "--client-credentials", stdout=StringIO())
 
 
+#: The product catalog: SPEC §5's 25 tools and issue 22's four (topology, flow path, the two rankings).
+PRODUCT_TOOLS = 29
+ISSUE_22_TOOLS = {"get_connected_elements", "trace_flow_path", "rank_model_baseline", "rank_scada_deviation"}
+
+
+def product_tools() -> list[str]:
+    test_only = {t.name for module in TEST_FAMILIES for t in importlib.import_module(module).TOOLS}
+    return [t.name for t in all_tools() if t.name not in test_only]
+
+
+def test_catalog_size() -> None:
+    names = product_tools()
+    assert len(names) == PRODUCT_TOOLS, sorted(names)
+    assert ISSUE_22_TOOLS <= set(names)
+
+
 def test_catalog_check_passes_on_the_registry() -> None:
     out = StringIO()
     call_command("mcp_catalog_check", stdout=out)
-    assert out.getvalue().startswith("catalog ok:")
+    text = out.getvalue()
+    assert text.startswith(f"catalog ok: {len(all_tools())} tools")
+    listed = {line.split()[0] for line in text.splitlines()[2:]}
+    assert ISSUE_22_TOOLS <= listed
 
 
 def test_catalog_check_lists_problems() -> None:

@@ -64,6 +64,66 @@ SAMPLES: dict[str, list[dict[str, Any]]] = {
         {"center": [117.1392082, 39.0752639], "element_type": "junction", "radius_m": 300},
         {"center": [117.1392082, 39.0752639], "radius_m": 1000, "limit": 10, "offset": 5},
     ],
+    "get_connected_elements": [
+        {"element_type": "pipe", "element_id": "LINK-1523"},
+        {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 3, "limit": 7, "offset": 5},
+        {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 1, "offset": 50},
+        {"element_type": "valve", "element_id": "no-such-valve"},
+    ],
+    "trace_flow_path": [
+        {
+            "element_type": "junction",
+            "element_id": "JUNCTION-1304",
+            "direction": "upstream",
+            "time": "2026-11-01T09:00:00Z",
+        },
+        {
+            "element_type": "pipe",
+            "element_id": "LINK-1523",
+            "direction": "downstream",
+            "time": "2026-11-01T09:07:00Z",
+            "max_elements": 30,
+        },
+        {
+            "element_type": "junction",
+            "element_id": "JUNCTION-1304",
+            "direction": "upstream",
+            "time": "2030-01-01T00:00:00Z",
+        },
+    ],
+    "rank_model_baseline": [
+        {"element_type": "junction", "field": "pressure", "time": "2026-11-01T09:00:00Z", "area": {"district": "Hexi"}},
+        {
+            "element_type": "pipe",
+            "field": "flow",
+            "time": "2026-11-01T09:00:00Z",
+            "order": "desc",
+            "limit": 5,
+            "area": {"center": [117.2, 39.1], "radius_m": 2000},
+        },
+        {
+            "element_type": "junction",
+            "field": "pressure",
+            "time": "2026-11-01T09:00:00Z",
+            "area": {"district": "Nowhere"},
+        },
+        {
+            "element_type": "junction",
+            "field": "head",
+            "time": "2026-11-01T09:00:00Z",
+            "area": {"layer_key": "water_mains", "source_fid": "WM-200003"},
+        },
+    ],
+    "rank_scada_deviation": [
+        {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "pressure"},
+        {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "flow", "limit": 3},
+        {
+            "start": "2026-11-01T06:00:00Z",
+            "end": "2026-11-01T12:00:00Z",
+            "quantity": "level",
+            "area": {"district": "Hexi"},
+        },
+    ],
     "get_workbench_runtime": [{}, {"data_source": "scada"}],
     "query_peripheral_data": [
         {"source": "points"},

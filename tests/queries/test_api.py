@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
 START, END, AT = "2026-11-01T06:00:00Z", "2026-11-01T10:00:00Z", "2026-11-01T08:30:00Z"
 HISTORY = [{"element_type": "pipe", "element_id": "LINK-225"}]
+HEXI = {"district": "Hexi"}
 
 # One ordinary call per REST tool: (path under /api/v1/projects/<project>/, query, the same call's MCP arguments).
 SAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
@@ -75,6 +76,32 @@ SAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         "timeseries/baseline/records",
         {"element_type": "tank", "field": "pressure", "time": AT, "limit": "10"},
         {"element_type": "tank", "field": "pressure", "time": AT, "limit": 10},
+    ),
+    "get_connected_elements": (
+        "pipes/connected",
+        {"element_id": "LINK-1523", "depth": "2", "limit": "15"},
+        {"element_type": "pipe", "element_id": "LINK-1523", "depth": 2, "limit": 15},
+    ),
+    "trace_flow_path": (
+        "junctions/flow-path",
+        {"element_id": "JUNCTION-1304", "direction": "upstream", "time": AT, "max_elements": "40"},
+        {
+            "element_type": "junction",
+            "element_id": "JUNCTION-1304",
+            "direction": "upstream",
+            "time": AT,
+            "max_elements": 40,
+        },
+    ),
+    "rank_model_baseline": (
+        "timeseries/baseline/ranking",
+        {"element_type": "junction", "field": "pressure", "time": AT, "limit": "10", "area": json.dumps(HEXI)},
+        {"element_type": "junction", "field": "pressure", "time": AT, "limit": 10, "area": HEXI},
+    ),
+    "rank_scada_deviation": (
+        "timeseries/scada-deviation",
+        {"start": START, "end": END, "quantity": "pressure", "limit": "5"},
+        {"start": START, "end": END, "quantity": "pressure", "limit": 5},
     ),
     "list_analysis_runs": ("analysis/runs", {}, {}),
     "get_analysis_run": ("analysis/runs/burst-20261101-0800", {}, {"run_id": "burst-20261101-0800"}),
