@@ -29,7 +29,7 @@ from time import perf_counter
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
+    CONTENT_TYPE_PLAIN_0_0_4,
     REGISTRY,
     CollectorRegistry,
     Counter,
@@ -190,7 +190,8 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         response["Cache-Control"] = "no-store"
         return response
-    response = HttpResponse(exposition(), content_type=CONTENT_TYPE_LATEST)
+    # The classic text format (version 0.0.4): every Prometheus version reads it; all names here are legacy-valid.
+    response = HttpResponse(exposition(), content_type=CONTENT_TYPE_PLAIN_0_0_4)
     response["Cache-Control"] = "no-store"
     return response
 
