@@ -51,7 +51,10 @@ def _task_started(task_id: str = "", task: Any = None, **kwargs: Any) -> None:
     from tjwater import telemetry
 
     if telemetry.enabled() and task is not None:
-        manager = telemetry.task_span(task.name, getattr(task.request, "__dict__", None))
+        # A worker puts the message's headers on the request itself; an eager ``apply`` under ``headers``.
+        request = vars(task.request)
+        carrier = request if "traceparent" in request else (request.get("headers") or {})
+        manager = telemetry.task_span(task.name, carrier)
         _task_spans[task_id] = (manager, manager.__enter__())
 
 

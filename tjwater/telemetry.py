@@ -65,9 +65,12 @@ def configure(*, endpoint: str = "", exporter: SpanExporter | None = None, batch
     provider = TracerProvider(resource=Resource.create({"service.name": SERVICE_NAME}))
     provider.add_span_processor(BatchSpanProcessor(exporter) if batch else SimpleSpanProcessor(exporter))
     _provider, _tracer = provider, provider.get_tracer("tjwater")
+    from django.db import connections
     from django.db.backends.signals import connection_created
 
     connection_created.connect(_trace_django_statements, dispatch_uid="tjwater.telemetry")
+    for connection in connections.all(initialized_only=True):  # this thread's, opened before
+        _trace_django_statements(None, connection)
 
 
 def _trace_django_statements(sender: Any, connection: Any, **kwargs: Any) -> None:
