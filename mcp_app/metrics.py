@@ -18,6 +18,7 @@ once and kept (``_children``), so a call costs two clock reads, one tuple, one d
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -28,6 +29,8 @@ from pydantic import ValidationError
 
 from contexts.errors import ApplicationError
 from tjwater import metrics, telemetry
+
+logger = logging.getLogger(__name__)
 
 TOOLS_CALL = "tools/call"
 CANCELLED = "cancelled"
@@ -173,7 +176,10 @@ class PoolSampler:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(SAMPLE_S)
-            self.sample()
+            try:
+                self.sample()
+            except Exception as exc:  # noqa: BLE001 - a failed sample keeps the last values; calls are unaffected
+                logger.warning("metrics sample failed error_class=%s", type(exc).__name__)
 
     def stop(self) -> None:
         self._task.cancel()

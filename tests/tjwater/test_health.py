@@ -185,11 +185,14 @@ def test_livez_checks_no_dependency_readyz_does(db: None) -> None:
 def test_readyz_names_a_part_that_is_not_ready(db: None) -> None:
     from tjwater import health
 
+    registered = health._READINESS.get("mcp")
     health.register_readiness("mcp", lambda: False)  # e.g. an MCP endpoint still starting
     try:
         response = Client().get("/readyz")
     finally:
         health._READINESS.pop("mcp")
+        if registered is not None:
+            health.register_readiness("mcp", registered)
     assert response.status_code == 503
     assert response.json()["checks"]["mcp"] == "unavailable"
     assert response.json()["failing"] == ["mcp"]
