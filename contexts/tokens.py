@@ -72,6 +72,8 @@ from django.conf import settings
 from django.core import signing
 from redis.exceptions import RedisError
 
+from tjwater import metrics
+
 logger = logging.getLogger(__name__)
 
 ALLOWED_ALGORITHMS = ("RS256", "ES256")
@@ -410,10 +412,12 @@ class TokenValidator:
                 source = "issuer"
         except (httpx2.HTTPError, ValueError, OSError) as exc:
             logger.warning("JWKS fetch failed error_class=%s", type(exc).__name__)
+            metrics.JWKS_REFRESH_FAILURES.inc()
             raise AuthUnavailable("authentication temporarily unavailable") from None
         keyset = self._parse(jwks, fetched_at=time.monotonic())
         if not keyset.keys:
             logger.warning("JWKS fetch failed: the issuer publishes no usable signing key")
+            metrics.JWKS_REFRESH_FAILURES.inc()
             raise AuthUnavailable("the issuer publishes no usable signing key")
         return _Loaded(keyset=keyset, jwks=jwks, source=source)
 
@@ -558,6 +562,7 @@ class TokenValidator:
         keyset = self._keyset
         if keyset is None or keyset.keys.get(hit.kid) is not hit.key:
             return None
+        metrics.TOKEN_CACHE_HIT.inc()
         return hit.token
 
     def verify(self, raw_token: str) -> VerifiedToken:
@@ -570,6 +575,7 @@ class TokenValidator:
         if hit is not None and hit.until > self.config.clock():
             keyset = self._keyset
             if keyset is not None and keyset.keys.get(hit.kid) is hit.key:
+                metrics.TOKEN_CACHE_HIT.inc()
                 return hit.token
         verified, kid, key = self._verify_uncached(raw_token)
         self._remember(digest, verified, kid, key)
@@ -595,6 +601,7 @@ class TokenValidator:
 
     def _verify_uncached(self, raw_token: str) -> tuple[VerifiedToken, str, jwt.PyJWK]:
         self.full_verifications += 1
+        metrics.TOKEN_CACHE_MISS.inc()
         try:
             header = jwt.get_unverified_header(raw_token)
         except jwt.PyJWTError:
@@ -704,6 +711,13 @@ def reset_validator() -> None:
     global _validator
     with _validator_lock:
         _validator = None
+
+
+def keys_age_s() -> float | None:
+    """Seconds since this process's issuer key set was fetched (None: no key set, or no validator yet)."""
+    validator = _validator
+    keyset = validator._keyset if validator is not None else None
+    return time.monotonic() - keyset.fetched_at if keyset is not None else None
 
 
 def verify_token(raw_token: str) -> VerifiedToken:

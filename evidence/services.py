@@ -58,6 +58,7 @@ from contexts.models import TASK_PURPOSES
 from contexts.scope import QueryScope
 from contexts.services import require_run_current
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
+from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +274,7 @@ def claim(call: EvidenceCall) -> Claim:
         snapshot = EvidenceSnapshot.objects.filter(pk=existing["snapshot_id"]).values("id", "data").first()
         if snapshot is None:
             return Claim("wait")
+        metrics.RECEIPTS_REPLAYED.inc()
         return Claim("done", _with_evidence_id(snapshot["data"], snapshot["id"]))
     with connection.cursor() as cursor:
         cursor.execute(_RETAKE_SQL, [existing["id"], _stale_cutoff(timezone.now())])
@@ -302,6 +304,7 @@ def abandon(call: EvidenceCall) -> None:
     _release(call)
 
 
+@telemetry.traced_sync("evidence.save")
 def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any]:
     """Step 4: in ONE short transaction, confirm the run (row read ``FOR SHARE``: a supersession waits
     for this commit), insert the snapshot and complete the receipt; return the result with
@@ -342,12 +345,15 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
                 # The receipt was failed as stale and maybe taken over meanwhile: this attempt lost it.
                 raise _ReceiptLost
     except RunNotCurrent:
+        metrics.EVIDENCE_FAILED.inc()
         _release_quietly(call)
         raise
     except _ReceiptLost:
+        metrics.EVIDENCE_FAILED.inc()
         _release_quietly(call)
         raise EvidenceNotSaved() from None
     except DatabaseError as exc:
+        metrics.EVIDENCE_FAILED.inc()
         logger.error(
             "evidence not saved tool=%s project=%s run=%s error_class=%s",
             call.tool,
@@ -357,6 +363,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
         )
         _release_quietly(call)
         raise EvidenceNotSaved() from None
+    metrics.EVIDENCE_SAVED.inc()
     logger.info(
         "evidence saved id=%s tool=%s project=%s task=%s run=%s bytes=%d",
         snapshot_id,

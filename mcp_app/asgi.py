@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import AsyncExitStack
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,8 +43,10 @@ from mcp_app.dispatch import Dispatcher
 from mcp_app.entry import EntryWatch
 from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
+from mcp_app.metrics import PoolSampler
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
 from mcp_app.transport import SingleExchange, read_body
+from tjwater import health, metrics, telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -146,6 +149,9 @@ class McpEndpoint:
         self._entry = EntryWatch()
         self._state = "starting"  # "starting" → "ready", or "failed" (retried) → "starting" → …
         self._retry: asyncio.Task[None] | None = None
+        self._sampler: PoolSampler | None = None
+        # /readyz: ready once the catalog is loaded and the pools are up (or when /mcp is not served).
+        health.register_readiness("mcp", lambda: not settings.TJWATER_MCP_ENABLED or self._state == "ready")
 
     async def startup(self) -> None:
         """Start the endpoint. Never raises: a failure is logged, the partly started pieces are closed,
@@ -192,6 +198,7 @@ class McpEndpoint:
             connect_timeout_s=settings.TJWATER_DB_CONNECT_TIMEOUT_S,
         )
         await self._db.open()
+        self._sampler = PoolSampler(self._db)
         server = build_server(catalog, Dispatcher(catalog, self._limiter, self._db))
         self._stack = AsyncExitStack()
         lifespan_state = await self._stack.enter_async_context(server.lifespan(server))
@@ -224,6 +231,9 @@ class McpEndpoint:
         await self._close()
 
     async def _close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
         if self._stack is not None:
             logger.info("MCP endpoint stopping")
             await self._stack.aclose()
@@ -296,6 +306,7 @@ class McpEndpoint:
                 },
             )
             return
+        auth_started = time.time_ns() if telemetry.enabled() else 0  # the `authenticate` span's start
         try:
             authorization = _header(scope, "authorization")
             # A cached verification (or no credentials at all) is answered on the event loop; a miss goes
@@ -308,6 +319,7 @@ class McpEndpoint:
                     token = await anyio.to_thread.run_sync(auth.authenticate, authorization, limiter=self._auth_limiter)
             auth.authorize_method(token, _header(scope, MCP_METHOD_HEADER))
         except auth.AuthFailure as failure:
+            metrics.MCP_HTTP_REFUSALS.labels(failure.status).inc()
             await send(
                 {
                     "type": "http.response.start",
@@ -319,4 +331,6 @@ class McpEndpoint:
             return
         assert self._exchange is not None  # checked in __call__: the endpoint is ready
         scope[TOKEN_SCOPE_KEY] = token
+        if auth_started:
+            scope[telemetry.AUTH_TIMES_SCOPE_KEY] = (auth_started, time.time_ns())
         await self._exchange(scope, receive, send)

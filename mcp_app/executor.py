@@ -66,6 +66,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from contexts.errors import DataSourceUnavailable, QueryTimeout
 from queries.plan import Bound, CountOf, Plan, Raw, Statement, raw_rows
+from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
 audit = logging.getLogger("tjwater.audit")
@@ -605,6 +606,7 @@ class Execution:
         self.cancel_sent = False
         self.replaced = False
 
+    @telemetry.traced_statement
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         assert self.conn is not None  # set for as long as statements run
         cursor = self.conn.cursor()
@@ -626,6 +628,7 @@ class Execution:
                     try:
                         await self.conn.cancel_safe(timeout=2.0)
                         self.cancel_sent = True
+                        metrics.STATEMENT_CANCELLATIONS.inc()
                     except Exception as exc:  # the statement timeout still bounds it
                         logger.warning("statement cancel failed error_class=%s", type(exc).__name__)
                 # The slot and the connection are given back only once the statement has stopped.
@@ -781,6 +784,7 @@ class QueryDatabase:
         try:
             await asyncio.wait_for(self._tool_slots.acquire(), wait_s)
         except TimeoutError:
+            metrics.LIMITER_REFUSALS_PROCESS.inc()
             return False
         return True
 

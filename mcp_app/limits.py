@@ -27,6 +27,7 @@ from redis.exceptions import NoScriptError, RedisError
 
 from contexts.errors import DataSourceUnavailable, RateLimited
 from contexts.slots import ACQUIRE_SCRIPT, REFRESH_SCRIPT, slot_key
+from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class ConcurrencyLimiter:
         self._releases: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
 
+    @telemetry.traced("redis slot.acquire", **{"db.system.name": "redis"})
     async def acquire(self, principal_id: int, project_id: int) -> Lease:
         """Take one slot or raise ``RateLimited`` at once if all are taken (``DataSourceUnavailable``
         when Redis cannot be reached: fail closed)."""
@@ -94,6 +96,7 @@ class ConcurrencyLimiter:
             asyncio.get_running_loop().create_task(self.release(lease))
             raise
         if not acquired:
+            metrics.LIMITER_REFUSALS_TENANT.inc()
             raise RateLimited(
                 f"At most {self.max_concurrent} queries may run at once for this principal and project; retry "
                 "when one finishes."

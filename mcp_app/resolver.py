@@ -25,6 +25,7 @@ from contexts.services import (
 )
 from contexts.tokens import VerifiedToken
 from mcp_app.executor import Template
+from tjwater import telemetry
 
 # Where ``resources/read`` carries the handle (R-CTX-6: the application namespace of ``_meta``).
 RESOURCE_HANDLE_META_KEY = "cn.tjwater/contextHandle"
@@ -75,6 +76,7 @@ def _row_template() -> Template:
 Fetch = Callable[[Any], Awaitable[Any]]
 
 
+@telemetry.traced("mcp.context.resolve")
 async def resolve_scope_async(
     *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
 ) -> QueryScope:

@@ -18,6 +18,7 @@ from mcp.server.context import ServerRequestContext
 from contexts.tokens import VerifiedToken
 from mcp_app.catalog import Catalog
 from mcp_app.dispatch import Dispatcher
+from mcp_app.metrics import Observe
 
 SERVER_NAME = "tjwater-mcp"
 SERVER_VERSION = "0.1.0"
@@ -32,6 +33,8 @@ INSTRUCTIONS = (
 
 # R-PROTO-5: the catalog is generic (the same for everyone) → public, 5 minutes; anything read on
 # behalf of a caller → private, never reused.
+#: The methods registered below (``Observe`` labels anything else ``_OTHER``).
+METHODS = ("tools/list", "tools/call", "resources/list", "resources/templates/list", "resources/read")
 PUBLIC_CATALOG = CacheHint(ttl_ms=300_000, scope="public")
 PRIVATE = CacheHint(ttl_ms=0, scope="private")
 
@@ -110,8 +113,6 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
     )
     # R-AUTH-4: service identities may use client_credentials.
     server.extensions = {CLIENT_CREDENTIALS_EXTENSION: {}}
-    # No tracing exporter is configured here; drop the default OpenTelemetry middleware (a per-call cost).
-    server.middleware = []
 
     async def discover(ctx: ServerRequestContext[Any, Any], params: types.RequestParams | None) -> types.DiscoverResult:
         return types.DiscoverResult(
@@ -123,4 +124,8 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
         )
 
     server.add_request_handler("server/discover", types.RequestParams, discover)
+    # Instead of the SDK's default OpenTelemetry middleware (it spans every request with the global
+    # tracer even when nothing exports, and labels by the client's tool name): metrics always, our own
+    # span when tracing is on (mcp_app.metrics, tjwater.telemetry).
+    server.middleware = [Observe(methods=[*METHODS, "server/discover"], tools=catalog.entries)]
     return server

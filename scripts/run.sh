@@ -11,6 +11,15 @@ export TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1}
 export TJWATER_MCP_RESOURCE_URI=${TJWATER_MCP_RESOURCE_URI:-http://127.0.0.1:$PORT/mcp}
 mkdir -p var
 
+# N server processes share their metrics through files (tjwater/metrics.py): a fresh directory per start,
+# shared with the Celery worker so its task outcomes appear on /metrics too.
+if [ "${TJWATER_WORKERS:-1}" -gt 1 ] && [ -z "${PROMETHEUS_MULTIPROC_DIR:-}" ]; then
+  export PROMETHEUS_MULTIPROC_DIR="$PWD/var/prometheus"
+fi
+if [ -n "${PROMETHEUS_MULTIPROC_DIR:-}" ]; then
+  rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+fi
+
 pids=()
 cleanup() {
   trap - INT TERM EXIT

@@ -20,6 +20,9 @@ django_application = get_asgi_application()
 
 # Import after Django is set up: mcp_app reads settings and models.
 from mcp_app.asgi import MCP_PATHS, McpEndpoint  # noqa: E402
+from tjwater import metrics, telemetry  # noqa: E402
+
+telemetry.configure_from_settings()  # traces only when OTEL_EXPORTER_OTLP_ENDPOINT is set
 
 Scope = dict[str, Any]
 
@@ -52,6 +55,8 @@ class Application:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.mcp.shutdown()
+                telemetry.shutdown()  # flush the spans still queued
+                metrics.mark_process_dead()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

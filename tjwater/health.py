@@ -1,5 +1,7 @@
-"""Readiness checks (SPEC §10): database, Redis and the issuer's JWKS, each bounded so /healthz never
-hangs.
+"""Health endpoints (SPEC §10, issue 24): ``/healthz`` and ``/readyz`` check the database, Redis and the
+issuer's JWKS, each bounded so they never hang; ``/readyz`` also asks the in-process readiness of the
+parts that register one (``register_readiness``: the MCP endpoint, once its catalog is loaded and its
+pools are up); ``/livez`` answers 200 while the process serves requests at all, checking nothing.
 
 Each check opens its own short-lived connection with a connect timeout instead of borrowing from the
 Django pool: a pool waits for its own timeout when the database is down, and a health probe must answer
@@ -85,6 +87,39 @@ def run_checks() -> dict[str, str]:
         else:
             results[name] = "ok"
     return results
+
+
+#: In-process readiness: name → a cheap, non-blocking predicate (registered by the part it describes, e.g.
+#: ``mcp_app.asgi.McpEndpoint``: a lower layer never imports the higher one).
+_READINESS: dict[str, Callable[[], bool]] = {}
+
+
+def register_readiness(name: str, ready: Callable[[], bool]) -> None:
+    _READINESS[name] = ready
+
+
+def livez(request: HttpRequest) -> JsonResponse:
+    """``GET /livez`` → 200: the process is alive and serving; no dependency is asked (a restart would
+    not mend a database outage — Kubernetes' liveness convention)."""
+    response = JsonResponse({"status": "ok"})
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    """``GET /readyz`` → 200 when every dependency answers and every registered part is ready (the MCP
+    endpoint has loaded its catalog and started), else 503 naming the failing ones — the instance should
+    get traffic only then (Kubernetes' readiness convention)."""
+    checks = run_checks()
+    for name, ready in _READINESS.items():
+        checks[name] = "ok" if ready() else "unavailable"
+    failing = sorted(name for name, state in checks.items() if state != "ok")
+    body: dict[str, object] = {"status": "ok" if not failing else "unavailable", "checks": checks}
+    if failing:
+        body["failing"] = failing
+    response = JsonResponse(body, status=200 if not failing else 503)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -24,9 +24,11 @@ It is installed by ``LOGGING_CONFIG = "tjwater.logging.configure"`` (Django runs
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.config
 import re
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,6 +101,40 @@ def install() -> None:
         for handler in logger.handlers:
             if not _has_redaction(handler):
                 handler.addFilter(redaction)
+
+
+#: ``key=value`` pairs of our log lines (``mcp call principal=… tool=… outcome=…``): the audit fields.
+FIELD = re.compile(r"(?:^|\s)([a-z_]+)=([^\s]+)")
+
+
+class JsonFormatter(logging.Formatter):
+    """``TJWATER_LOG_FORMAT=json``: one JSON object per line — ``time`` (UTC, ISO 8601), ``level``,
+    ``logger``, ``message``, the line's ``key=value`` audit fields as ``fields``, ``exception`` when
+    there is a traceback, and ``trace_id``/``span_id`` of the current span while tracing is on (so a
+    log line joins its trace). It formats the record the redaction filter has already rewritten — the
+    filter runs before any formatter — so a handle never reaches it."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from tjwater import telemetry
+
+        message = record.getMessage()
+        body: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": message,
+        }
+        fields = dict(FIELD.findall(message))
+        if fields:
+            body["fields"] = fields
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(self.formatException(record.exc_info))
+        if record.exc_text:
+            body["exception"] = record.exc_text
+        ids = telemetry.current_ids()
+        if ids is not None:
+            body["trace_id"], body["span_id"] = ids
+        return json.dumps(body, ensure_ascii=False, default=str)
 
 
 def configure(config: dict[str, Any]) -> None:

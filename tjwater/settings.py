@@ -62,6 +62,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it times (and, with tracing on, spans) everything below it (tjwater/metrics.py, issue 24).
+    "tjwater.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files (the admin's and Swagger UI's) straight after SecurityMiddleware, so they get its
     # headers and skip everything else (WhiteNoise's documented place).
@@ -258,6 +260,17 @@ TJWATER_MCP_ALLOWED_ORIGINS = env.list("TJWATER_MCP_ALLOWED_ORIGINS", default=[]
 # Registers the test-only tools (a pg_sleep query used to prove cancellation). Test settings only.
 TJWATER_MCP_TEST_TOOLS = False
 
+# --- Operations: metrics, traces, log format (issue 24; README "Operations") ----------------------
+# /metrics answers only `Authorization: Bearer <this>`; empty = /metrics does not exist (404).
+TJWATER_METRICS_TOKEN = env.str("TJWATER_METRICS_TOKEN", default="")
+# With N server processes, prometheus-client keeps each process's values in files here and /metrics adds
+# them up (prometheus-client reads the variable from the environment itself; scripts/run.sh sets it).
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="")
+# Traces are exported over OTLP/HTTP to <this>/v1/traces; empty = no tracing (tjwater/telemetry.py).
+OTEL_EXPORTER_OTLP_ENDPOINT = env.str("OTEL_EXPORTER_OTLP_ENDPOINT", default="")
+# "plain" (default) or "json": one JSON object per line, with trace_id/span_id while tracing.
+TJWATER_LOG_FORMAT = env.str("TJWATER_LOG_FORMAT", default="plain")
+
 # --- Admin single sign-on (mozilla-django-oidc); unset = no OIDC admin login --------------------
 OIDC_RP_CLIENT_ID = env.str("OIDC_RP_CLIENT_ID", default="")
 OIDC_RP_CLIENT_SECRET = env.str("OIDC_RP_CLIENT_SECRET", default="")
@@ -421,9 +434,16 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"redact_handle_paths": {"()": "tjwater.logging.RedactHandlePaths"}},
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "tjwater.logging.JsonFormatter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact_handle_paths"]}
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if TJWATER_LOG_FORMAT == "json" else "plain",
+            "filters": ["redact_handle_paths"],
+        }
     },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},

@@ -9,7 +9,8 @@ from django.views import defaults
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from contexts import dev_issuer
-from tjwater.health import healthz
+from tjwater.health import healthz, livez, readyz
+from tjwater.metrics import metrics_view
 
 # The admin's branding. No "View site" link: this service has no public site (the link led to a 404).
 admin.site.site_header = "tjwater-mcp operations"
@@ -19,6 +20,9 @@ admin.site.site_url = None
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("livez", livez, name="livez"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("api/v1/", include("contexts.urls")),
     path("api/v1/projects/<slug:project>/", include("queries.api")),
     path("api/schema/", SpectacularAPIView.as_view(), name="openapi-schema"),

@@ -94,14 +94,16 @@ def new_handle(server: LoggingServer) -> str:
 
 
 @pytest.mark.usefixtures("members")
+@pytest.mark.parametrize("log_format", ["plain", "json"])  # issue 24: the JSON lines pass the same filter
 def test_uvicorn_with_its_access_log_never_logs_a_handle(
     servers: list[LoggingServer],
     tmp_path: Path,
     private_postgres: PrivatePostgres,
     private_redis: PrivateRedis,
     schemaless_database: str,
+    log_format: str,
 ) -> None:
-    env = private_env(private_postgres, private_redis)
+    env = {**private_env(private_postgres, private_redis), "TJWATER_LOG_FORMAT": log_format}
     server = start(servers, tmp_path, "uvicorn", env)
     handle = new_handle(server)
     path = f"/api/v1/mcp-query-contexts/{handle}"
@@ -129,6 +131,9 @@ def test_uvicorn_with_its_access_log_never_logs_a_handle(
     assert f"Not Found: {REDACTED}" in log
     assert f'"DELETE {REDACTED} HTTP/1.1" 500' in broken_log
     assert "Traceback (most recent call last)" in broken_log  # the 500's traceback, still without the handle
+    if log_format == "json":  # the project's own lines are JSON objects, the access log stays uvicorn's
+        assert f'"message": "Not Found: {REDACTED}"' in log
+        assert '"exception": "Traceback (most recent call last)' in broken_log
 
 
 @pytest.mark.usefixtures("members")

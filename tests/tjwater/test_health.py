@@ -155,3 +155,44 @@ def test_healthz_skips_the_issuer_keys_while_mcp_is_off(db: None) -> None:
         response = Client().get("/healthz")
     assert response.status_code == 200
     assert response.json()["checks"] == {"database": "ok", "redis": "ok"}
+
+
+# --- /livez and /readyz (issue 24) ---------------------------------------------------------------------
+
+
+def test_livez_and_readyz_over_real_uvicorn(live_server_url: str) -> None:
+    live = httpx2.get(f"{live_server_url}/livez", timeout=10)
+    assert (live.status_code, live.json()) == (200, {"status": "ok"})
+    ready = httpx2.get(f"{live_server_url}/readyz", timeout=10)
+    assert ready.status_code == 200
+    # The MCP endpoint registered its readiness (catalog loaded, pools up) next to the dependencies.
+    assert ready.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "redis": "ok", "jwks": "ok", "mcp": "ok"},
+    }
+    assert ready.headers["cache-control"] == "no-store"
+
+
+def test_livez_checks_no_dependency_readyz_does(db: None) -> None:
+    with override_settings(REDIS_URL=f"redis://127.0.0.1:{free_port()}/15"):
+        live = Client().get("/livez")
+        ready = Client().get("/readyz")
+    assert live.status_code == 200
+    assert ready.status_code == 503
+    assert ready.json()["failing"] == ["redis"]
+
+
+def test_readyz_names_a_part_that_is_not_ready(db: None) -> None:
+    from tjwater import health
+
+    registered = health._READINESS.get("mcp")
+    health.register_readiness("mcp", lambda: False)  # e.g. an MCP endpoint still starting
+    try:
+        response = Client().get("/readyz")
+    finally:
+        health._READINESS.pop("mcp")
+        if registered is not None:
+            health.register_readiness("mcp", registered)
+    assert response.status_code == 503
+    assert response.json()["checks"]["mcp"] == "unavailable"
+    assert response.json()["failing"] == ["mcp"]
