@@ -3,7 +3,8 @@
 call. Run in-memory and with ``PROMETHEUS_MULTIPROC_DIR`` (the values then live in mmap'ed files):
 
     PYTHONPATH=. DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python tests/mcp_app/bench_metrics.py
-    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) PYTHONPATH=. DJANGO_SETTINGS_MODULE=tests.settings .venv/bin/python tests/mcp_app/bench_metrics.py
+    PROMETHEUS_MULTIPROC_DIR=$(mktemp -d) PYTHONPATH=. DJANGO_SETTINGS_MODULE=tests.settings \
+        .venv/bin/python tests/mcp_app/bench_metrics.py
 
 Numbers go to mcp_app/README.md "Measuring"."""
 

@@ -40,7 +40,7 @@ def backwards(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("queries", "0003_reading_brin_autosummarize"),
+        ("queries", "0005_baseline_covering_instant_index"),
     ]
 
     operations = [migrations.RunPython(forwards, backwards)]
