@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from django.db.models import Subquery
+from django.db.models import OuterRef, Subquery
 
 from contexts.access import evidence_reach
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
@@ -257,9 +257,10 @@ def get_task_context(
     """The bound task: title, status, bound and current run, report revisions (newest first, at most
     50) — plus, with ``section``, one page of that section of one report revision at ``data_path``.
 
-    The revision read is ``report_revision`` when given (pinned), otherwise the revision bound to the
-    context: the newest revision that existed when the context was bound (never silently the latest —
-    a revision written later is read only when pinned). The answer is always labelled a preview."""
+    The revision read is ``report_revision`` when given (pinned), otherwise the revision the binding
+    pinned (``QueryContext.report_revision``: the one the binder asked for, else the newest when the
+    context was bound) — never silently the latest, so a renewed context stays on its session's
+    revision. The answer is always labelled a preview."""
     task_id, run_id = _bound_task(scope)
     path = _check_path(data_path)
     if section is not None and "\x00" in section:
@@ -278,10 +279,17 @@ def get_task_context(
         revision: int | None = report_revision
         revision_source = "pinned"
     else:
-        bound_at = QueryContext.objects.filter(pk=scope.context_id).values("created_at")[:1]
-        bound = yield reports.filter(created_at__lte=Subquery(bound_at)).order_by("-revision").values("revision")[:1]
-        revision = bound[0]["revision"] if bound else None
-        revision_source = "bound_to_context" if bound else "none"
+        # The binding's pinned revision (issue 23 item 8); a context bound before revisions were pinned
+        # reads the newest revision that existed when it was bound, as it always did.
+        at_bind = reports.filter(created_at__lte=OuterRef("created_at")).order_by("-revision").values("revision")[:1]
+        bound = yield (
+            QueryContext.objects.filter(pk=scope.context_id)
+            .annotate(at_bind=Subquery(at_bind))
+            .values("report_revision", "at_bind")[:1]
+        )
+        pinned = bound[0]["report_revision"] if bound else None
+        revision = pinned if pinned is not None else (bound[0]["at_bind"] if bound else None)
+        revision_source = "bound_to_context" if revision is not None else "none"
     sections: list[str] = []
     page: JsonPage | None = None
     if revision is not None:

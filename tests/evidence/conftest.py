@@ -103,12 +103,13 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
         project: Project = demo,
         investigation: Investigation | None = None,
         session_id: str | None = None,
+        report_revision: int | None = None,
     ) -> QueryScope:
         inv = investigation
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {} if report_revision is None else {"report_revision": report_revision}
         if purpose == "task_execution":
             assert inv is not None
-            fields = {
+            fields |= {
                 "task_id": inv.task.pk,
                 "run_id": inv.run.pk,
                 "execution_request_id": inv.execution_request_id,
@@ -116,7 +117,7 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
             session = inv.session_id
         elif purpose == "task_reader":
             assert inv is not None
-            fields = {"task_id": inv.task.pk, "parent_session_id": inv.session_id}
+            fields |= {"task_id": inv.task.pk, "parent_session_id": inv.session_id}
             session = session_id or f"evid-reader-{uuid.uuid4().hex[:8]}"
         else:
             session = session_id or f"evid-chat-{uuid.uuid4().hex[:8]}"

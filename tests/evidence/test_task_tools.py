@@ -284,6 +284,25 @@ def test_a_revision_written_after_binding_is_read_only_when_pinned(world: Eviden
     assert summary_only.data.page is None and summary_only.data.report_revisions_total == 2
 
 
+def test_a_renewed_binding_keeps_its_pinned_revision(world: EvidenceWorld) -> None:
+    """Issue 23 item 8: the binding's pinned revision is what ``get_task_context`` reads by default, so a
+    context renewed with the revision its session was working on stays on it after newer revisions
+    were written; a binding that names none pins the newest at bind time."""
+    inv = world.investigation()
+    TaskReport.objects.create(task=inv.task, revision=1, sections={"summary": "first"})
+    TaskReport.objects.create(task=inv.task, revision=2, sections={"summary": "second"})
+    first = world.bind("task_execution", investigation=inv, report_revision=1)
+    TaskReport.objects.create(task=inv.task, revision=3, sections={"summary": "third"})
+    renewed = world.bind("task_execution", investigation=inv, report_revision=1)
+    for scope in (first, renewed):
+        data = get_task_context(scope=scope, section="summary").data
+        assert (data.report_revision, data.revision_source, data.page.text) == (1, "bound_to_context", "first")
+    reader = world.bind("task_reader", investigation=inv, report_revision=2)
+    assert get_task_context(scope=reader, section="summary").data.page.text == "second"
+    fresh = world.bind("task_execution", investigation=inv)
+    assert get_task_context(scope=fresh, section="summary").data.report_revision == 3
+
+
 def test_task_context_is_only_for_task_contexts(world: EvidenceWorld) -> None:
     with pytest.raises(NotFound):
         get_task_context(scope=world.bind("ordinary_chat", subject="alice"))
