@@ -26,6 +26,7 @@ from contexts.scope import QueryScope
 from contexts.services import context_create, resolve_context, tool_catalog
 from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
+from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.demo.seed import DEMO_B_SLUG, DEMO_EXECUTION_REQUEST_ID, DEMO_SESSION_ID, DEMO_SLUG
 
 HOST_CLIENT = "tjwater-agent-mcp"
@@ -147,10 +148,11 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
         investigation=lambda: _new_investigation(demo, created_tasks),
     )
     yield world
-    # Evidence of the demo task goes (the demo itself stays as seeded); our tasks cascade their runs,
+    # Evidence of the demo task goes (the demo itself, its DEMO sample included, stays as seeded); our
+    # tasks cascade their runs,
     # receipts, snapshots and contexts.
     QueryReceipt.objects.filter(task=demo_run.task).delete()
-    EvidenceSnapshot.objects.filter(task=demo_run.task).delete()
+    EvidenceSnapshot.objects.filter(task=demo_run.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
     Task.objects.filter(pk__in=created_tasks).delete()
     QueryContext.objects.filter(pk__in=contexts).delete()
     ContextEvent.objects.filter(context_id__in=contexts).delete()
@@ -160,7 +162,7 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
 def clean_demo_evidence(world: EvidenceWorld) -> Iterator[None]:
     """Tests that count the demo task's receipts and snapshots start and end with none."""
     QueryReceipt.objects.filter(task=world.demo_task.task).delete()
-    EvidenceSnapshot.objects.filter(task=world.demo_task.task).delete()
+    EvidenceSnapshot.objects.filter(task=world.demo_task.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
     yield
     QueryReceipt.objects.filter(task=world.demo_task.task).delete()
-    EvidenceSnapshot.objects.filter(task=world.demo_task.task).delete()
+    EvidenceSnapshot.objects.filter(task=world.demo_task.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
