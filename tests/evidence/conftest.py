@@ -149,8 +149,7 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
     )
     yield world
     # Evidence of the demo task goes (the demo itself, its DEMO sample included, stays as seeded); our
-    # tasks cascade their runs,
-    # receipts, snapshots and contexts.
+    # tasks cascade their runs, receipts, snapshots and contexts.
     QueryReceipt.objects.filter(task=demo_run.task).delete()
     EvidenceSnapshot.objects.filter(task=demo_run.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
     Task.objects.filter(pk__in=created_tasks).delete()
