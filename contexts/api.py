@@ -1,7 +1,8 @@
 """REST API of context handles (SPEC R-CTX-1, R-CTX-5): one APIView per operation, thin.
 
-- ``POST /api/v1/mcp-query-contexts`` → 201 ``{context_handle, expires_at, purpose, project, tools}``
-  (bearer with ``mcp.context.bind``). The handle appears in this response and nowhere else.
+- ``POST /api/v1/mcp-query-contexts`` → 201 ``{context_handle, expires_at, purpose, project, tools,
+  report_revision}`` (bearer with ``mcp.context.bind``). The handle appears in this response and nowhere
+  else. A task binding pins ``report_revision`` (the one asked for, else the task's newest).
 - ``DELETE /api/v1/mcp-query-contexts/{context_handle}`` → 204 for the binding's owner; anyone else the
   same 404 as an unknown handle.
 
@@ -172,6 +173,8 @@ class ContextCreateApi(ContextApiView):
         run_id = serializers.IntegerField(required=False, min_value=1)
         execution_request_id = serializers.CharField(max_length=128, required=False)
         parent_session_id = serializers.CharField(max_length=255, required=False)
+        # Task purposes only: the report revision get_task_context reads by default (issue 23 item 8).
+        report_revision = serializers.IntegerField(required=False, min_value=1, max_value=2_147_483_647)
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             unknown = sorted(set(self.initial_data) - set(self.fields))
@@ -185,6 +188,7 @@ class ContextCreateApi(ContextApiView):
         purpose = serializers.CharField()
         project = serializers.CharField()
         tools = serializers.ListField(child=serializers.CharField())
+        report_revision = serializers.IntegerField(allow_null=True)
 
     @extend_schema(
         operation_id="context_create",
@@ -217,6 +221,7 @@ class ContextCreateApi(ContextApiView):
             run_id=data.get("run_id"),
             execution_request_id=data.get("execution_request_id"),
             parent_session_id=data.get("parent_session_id"),
+            report_revision=data.get("report_revision"),
         )
         response = Response(self.OutputSerializer(created).data, status=status.HTTP_201_CREATED)
         response["Cache-Control"] = "no-store"  # the body carries the only copy of the handle

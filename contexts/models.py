@@ -229,6 +229,10 @@ class QueryContext(models.Model):
         ExecutionRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="query_contexts"
     )
     parent_session_id = models.CharField(max_length=255, blank=True)
+    # The task report revision this binding reads by default (``get_task_context``): the one the binder
+    # asked for, else the task's newest when the context was bound. Pinned, so a context renewed every
+    # ten minutes keeps reading the revision its session was working on (issue 23 item 8).
+    report_revision = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     expires_at = models.DateTimeField()
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -250,6 +254,10 @@ class QueryContext(models.Model):
                 | Q(purpose="task_execution", task__isnull=False, run__isnull=False, execution_request__isnull=False)
                 | (Q(purpose="task_reader", task__isnull=False, run__isnull=False) & ~Q(parent_session_id="")),
                 name="querycontext_purpose_binding",
+            ),
+            models.CheckConstraint(
+                condition=Q(report_revision__isnull=True) | ~Q(purpose="ordinary_chat"),
+                name="querycontext_revision_task_only",
             ),
         ]
 

@@ -47,6 +47,7 @@ from contexts.models import (
     Membership,
     QueryContext,
     Task,
+    TaskReport,
     TaskRun,
 )
 from contexts.scope import QueryScope
@@ -99,6 +100,7 @@ class CreatedContext:
     purpose: str
     project: str
     tools: list[str]
+    report_revision: int | None = None  # the task report revision the binding reads by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,7 @@ def context_create(
     run_id: int | None = None,
     execution_request_id: str | None = None,
     parent_session_id: str | None = None,
+    report_revision: int | None = None,
     now: datetime | None = None,
 ) -> CreatedContext:
     """Bind a new context handle (R-CTX-1/2). The principal is the token's (issuer, sub) and the client
@@ -157,7 +160,12 @@ def context_create(
     project; task purposes are reserved to the configured host client and must name the task's current
     run with its lease held (by ``session_id`` for ``task_execution``, by ``parent_session_id`` for
     ``task_reader``). Returns the handle once; only its hash is stored, and an audit row is written in
-    the same transaction."""
+    the same transaction.
+
+    A task binding pins the report revision ``get_task_context`` reads by default: ``report_revision``
+    when given (it must be a revision of the bound task: otherwise "not found", naming the field), else
+    the task's newest revision now — so renewing a context with the revision the session was working on
+    never moves it to a newer report (issue 23 item 8). Ordinary chat reads no task: no revision."""
     now = now or timezone.now()
     if not project_slug:
         raise ProjectContextRequired()
@@ -171,6 +179,7 @@ def context_create(
         run_id=run_id,
         execution_request_id=execution_request_id,
         parent_session_id=parent_session_id,
+        report_revision=report_revision,
     )
     access.require_task_client(purpose=purpose, client_id=token.client_id, host_client=settings.TJWATER_MCP_HOST_CLIENT)
 
@@ -204,6 +213,7 @@ def context_create(
             parent_session_id=parent_session_id or "",
             now=now,
         )
+        report_revision = _pinned_revision(task, report_revision)
 
     tools = access.tools_for_binding(
         catalog=catalog, permissions=membership.permissions, purpose=purpose, task_scoped=task_scoped
@@ -222,6 +232,7 @@ def context_create(
         run=run,
         execution_request=execution_request,
         parent_session_id=parent_session_id or "",
+        report_revision=report_revision,
         created_at=now,
         expires_at=now + timedelta(seconds=settings.TJWATER_CONTEXT_TTL_S),
     )
@@ -235,12 +246,13 @@ def context_create(
         at=now,
     )
     logger.info(
-        "context created id=%s principal=%s project=%s purpose=%s run=%s tools=%d",
+        "context created id=%s principal=%s project=%s purpose=%s run=%s report_revision=%s tools=%d",
         context.pk,
         membership.principal_id,
         membership.project.slug,
         purpose,
         run.pk if run else None,
+        report_revision,
         len(tools),
     )
     return CreatedContext(
@@ -250,7 +262,19 @@ def context_create(
         purpose=purpose,
         project=membership.project.slug,
         tools=tools,
+        report_revision=report_revision,
     )
+
+
+def _pinned_revision(task: Task, report_revision: int | None) -> int | None:
+    """The report revision a task binding pins: the one asked for, which must be a revision of the bound
+    task (of another task, or none at all, is "not found" — the field is named), else the newest."""
+    revisions = TaskReport.objects.filter(task=task)
+    if report_revision is None:
+        return revisions.order_by("-revision").values_list("revision", flat=True).first()
+    if not revisions.filter(revision=report_revision).exists():
+        raise NotFound("No such report revision of this task.", details={"field": "report_revision"})
+    return report_revision
 
 
 def _require_context_room(membership: Membership, now: datetime) -> None:
@@ -281,13 +305,16 @@ def _check_purpose_fields(
     run_id: int | None,
     execution_request_id: str | None,
     parent_session_id: str | None,
+    report_revision: int | None = None,
 ) -> None:
-    """Each purpose names exactly the task fields it needs; anything else is a client error."""
+    """Each purpose names exactly the task fields it needs; anything else is a client error.
+    ``report_revision`` is optional for both task purposes and refused for ordinary chat."""
     given = {
         "task_id": task_id is not None,
         "run_id": run_id is not None,
         "execution_request_id": bool(execution_request_id),
         "parent_session_id": bool(parent_session_id),
+        "report_revision": report_revision is not None,
     }
     required: set[str]
     allowed: set[str]
@@ -295,10 +322,10 @@ def _check_purpose_fields(
         required, allowed = set(), set()
     elif purpose == ContextPurpose.TASK_EXECUTION:
         required = {"task_id", "run_id", "execution_request_id"}
-        allowed = required
+        allowed = required | {"report_revision"}
     else:
         required = {"task_id", "parent_session_id"}
-        allowed = required | {"run_id"}
+        allowed = required | {"run_id", "report_revision"}
     missing = sorted(f for f in required if not given[f])
     unexpected = sorted(f for f, present in given.items() if present and f not in allowed)
     if missing or unexpected:

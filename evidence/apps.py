@@ -12,3 +12,8 @@ class EvidenceConfig(AppConfig):
         register_delete_guard(
             "evidence snapshots", lambda project_id: EvidenceSnapshot.objects.filter(project_id=project_id).count()
         )
+        # The demo seed (a lower layer) runs what higher apps register (STYLE: no upward import).
+        from evidence.demo import seed_demo_sample
+        from queries.demo.seed import register_demo_seeder
+
+        register_demo_seeder(seed_demo_sample)

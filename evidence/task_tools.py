@@ -12,23 +12,29 @@ array is paged by index (``node -> i`` over ``generate_series``), an object by k
 characters). The page's JSON text is measured with ``octet_length`` in the same statement and only
 leaves the database when it is within the 8 MiB ceiling.
 
-The demo ships no evidence samples of its own (``queries/demo`` seeds tasks and report revisions, no
-snapshots), so there is no DEMO-sample digest to verify before paging here; whole-document reads
-(``mcp_app.resources``) verify every snapshot's RFC 8785 digest before returning it.
+DEMO samples (``evidence.demo``: a snapshot whose source is ``demo_sample``) are read differently (seed
+001 "分页 大结果与数据语义"): the whole document's JSON text is measured in the database and leaves it only
+within the 8 MiB ceiling, its RFC 8785 SHA-256 is verified against the stored digest, and only then is
+``data_path`` selected and paged — with the same order rules, here in Python (code-point order of keys is
+the C collation's byte order of their UTF-8). A sample that fails either check gives no page. Whole-
+document reads (``mcp_app.resources``) verify every snapshot's digest before returning it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from django.db.models import Subquery
+import rfc8785
+from django.db.models import OuterRef, Subquery
 
 from contexts.access import evidence_reach
-from contexts.errors import InvalidParameter, LimitExceeded, NotFound
+from contexts.errors import ApplicationError, InvalidParameter, LimitExceeded, NotFound
 from contexts.models import ContextPurpose, QueryContext, Task, TaskReport, TaskRun
 from contexts.scope import QueryScope
 from evidence.models import EvidenceSnapshot
@@ -44,6 +50,11 @@ from evidence.schemas import (
 from evidence.services import evidence_uri
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import Origin, PageInfo
+
+logger = logging.getLogger(__name__)
+
+#: The source of a snapshot the demo ships (``evidence.demo``): read whole and verified before paging.
+DEMO_SAMPLE_SOURCE = "demo_sample"
 
 #: The ceiling on what one page (or one whole document) may carry out of the database (R-PAGE-4).
 PAGE_CEILING_BYTES = 8 * 1024 * 1024
@@ -118,6 +129,14 @@ WHERE r.task_id = %s AND t.project_id = %s AND r.revision = %s
 """
 
 EVIDENCE_PAGE_SQL = _PAGER.format(source=_EVIDENCE_SOURCE)
+# A DEMO sample, whole: its JSON text's size, and the text only within the ceiling (same scoping as above).
+SAMPLE_DOCUMENT_SQL = f"""
+SELECT s.sha256, octet_length(s.data::text) AS doc_bytes,
+       CASE WHEN octet_length(s.data::text) <= %s THEN s.data::text END AS body
+FROM {EvidenceSnapshot._meta.db_table} s
+WHERE s.id = %s AND s.project_id = %s AND s.task_id = %s AND (%s::bigint IS NULL OR s.run_id = %s::bigint)
+  AND s.required_permissions <@ %s::varchar(32)[] AND s.source = %s
+"""
 REPORT_PAGE_SQL = _PAGER.format(source=_REPORT_SOURCE)
 PAGE_COLUMNS = ("meta", "kind", "total", "part_bytes", "part")
 
@@ -183,6 +202,57 @@ def _json_page(row: dict[str, Any], *, data_path: list[str], offset: int, limit:
     )
 
 
+def _sample_page(whole: dict[str, Any], *, data_path: list[str], offset: int, limit: int | None) -> dict[str, Any]:
+    """A DEMO sample's page as the pager's row, from the whole document: refused over the 8 MiB ceiling
+    (measured in the database) or when the document does not match its stored RFC 8785 SHA-256; then
+    ``data_path`` and the page are selected like the SQL pager does."""
+    if whole["body"] is None:
+        raise LimitExceeded(
+            f"This demo sample is {whole['doc_bytes']} bytes, over the {PAGE_CEILING_BYTES}-byte ceiling; "
+            "a sample this large must be split by its source.",
+            details={"document_bytes": whole["doc_bytes"], "ceiling_bytes": PAGE_CEILING_BYTES},
+        )
+    document = json.loads(whole["body"])
+    if hashlib.sha256(rfc8785.dumps(document)).hexdigest() != whole["sha256"]:
+        logger.error("demo sample digest mismatch")
+        raise EvidenceIntegrityError()
+    node: Any = document
+    for segment in data_path:  # as ``#>``: an object key, or an array index written as text
+        if isinstance(node, dict) and segment in node:
+            node = node[segment]
+        elif isinstance(node, list) and segment.lstrip("-").isdigit() and -len(node) <= int(segment) < len(node):
+            node = node[int(segment)]
+        else:
+            node = None
+            break
+    items, chars, _, _ = _page_params(offset, limit)
+    if node is None:
+        return {"kind": None, "part": None, "total": None, "part_bytes": None}
+    if isinstance(node, list):
+        kind, total, part = "array", len(node), node[offset : offset + items]
+    elif isinstance(node, dict):
+        keys = sorted(node)[offset : offset + items]  # code-point order = the C collation's byte order
+        kind, total, part = "object", len(node), [{"key": k, "value": node[k]} for k in keys]
+    elif isinstance(node, str):
+        kind, total, part = "string", len(node), node[offset : offset + chars]
+    else:
+        kind, total, part = _JSON_KINDS[type(node)], None, node
+    text = json.dumps(part, ensure_ascii=False, separators=(", ", ": "))
+    size = len(text.encode())
+    return {"kind": kind, "total": total, "part_bytes": size, "part": text if size <= PAGE_CEILING_BYTES else None}
+
+
+_JSON_KINDS = {bool: "boolean", int: "number", float: "number", type(None): "null"}
+
+
+class EvidenceIntegrityError(ApplicationError):
+    """A stored document no longer matches its digest: no page of it is returned (a server fault)."""
+
+    code = "EVIDENCE_INTEGRITY"
+    http_status = 500
+    default_message = "The evidence document failed its integrity check; it cannot be read."
+
+
 def _json(value: Any) -> Any:
     """A jsonb column of a raw statement (Django's psycopg setup hands jsonb over as text)."""
     return json.loads(value) if isinstance(value, str) else value
@@ -220,6 +290,16 @@ def get_task_evidence(
         raise NotFound("No such evidence for this task.")
     row = rows[0]
     meta = _json(row["meta"])
+    if meta.get("source") == DEMO_SAMPLE_SOURCE:
+        whole = yield Raw(
+            SAMPLE_DOCUMENT_SQL,
+            [PAGE_CEILING_BYTES, snapshot_id, reach.project_id, task_id, run, run, reach.permissions,
+             DEMO_SAMPLE_SOURCE],
+            ("sha256", "doc_bytes", "body"),
+        )  # fmt: skip
+        if not whole:
+            raise NotFound("No such evidence for this task.")
+        row = _sample_page(whole[0], data_path=path, offset=offset, limit=limit)
     page = _json_page(row, data_path=path, offset=offset, limit=limit)
     origin = meta.get("origin") if meta.get("origin") in ORIGINS else "diagnostic"
     data = EvidencePage(
@@ -257,9 +337,10 @@ def get_task_context(
     """The bound task: title, status, bound and current run, report revisions (newest first, at most
     50) — plus, with ``section``, one page of that section of one report revision at ``data_path``.
 
-    The revision read is ``report_revision`` when given (pinned), otherwise the revision bound to the
-    context: the newest revision that existed when the context was bound (never silently the latest —
-    a revision written later is read only when pinned). The answer is always labelled a preview."""
+    The revision read is ``report_revision`` when given (pinned), otherwise the revision the binding
+    pinned (``QueryContext.report_revision``: the one the binder asked for, else the newest when the
+    context was bound) — never silently the latest, so a renewed context stays on its session's
+    revision. The answer is always labelled a preview."""
     task_id, run_id = _bound_task(scope)
     path = _check_path(data_path)
     if section is not None and "\x00" in section:
@@ -278,10 +359,17 @@ def get_task_context(
         revision: int | None = report_revision
         revision_source = "pinned"
     else:
-        bound_at = QueryContext.objects.filter(pk=scope.context_id).values("created_at")[:1]
-        bound = yield reports.filter(created_at__lte=Subquery(bound_at)).order_by("-revision").values("revision")[:1]
-        revision = bound[0]["revision"] if bound else None
-        revision_source = "bound_to_context" if bound else "none"
+        # The binding's pinned revision (issue 23 item 8); a context bound before revisions were pinned
+        # reads the newest revision that existed when it was bound, as it always did.
+        at_bind = reports.filter(created_at__lte=OuterRef("created_at")).order_by("-revision").values("revision")[:1]
+        bound = yield (
+            QueryContext.objects.filter(pk=scope.context_id)
+            .annotate(at_bind=Subquery(at_bind))
+            .values("report_revision", "at_bind")[:1]
+        )
+        pinned = bound[0]["report_revision"] if bound else None
+        revision = pinned if pinned is not None else (bound[0]["at_bind"] if bound else None)
+        revision_source = "bound_to_context" if revision is not None else "none"
     sections: list[str] = []
     page: JsonPage | None = None
     if revision is not None:

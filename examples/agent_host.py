@@ -35,6 +35,10 @@ What the host guarantees:
 6. **Resources.** ``resources/read`` carries the handle in ``_meta["cn.tjwater/contextHandle"]``; the
    URI carries neither handle nor token.
 7. **Logout** cancels the session's calls in flight, revokes its bindings and clears its cached tokens.
+8. **Pinned report revision.** A task binding remembers the report revision the server pinned (the one
+   asked for, else the task's newest at the first bind); when the ten-minute context expires
+   (``CONTEXT_EXPIRED``) the host binds again for the same session, task and run *with that revision*
+   and repeats the call once, so a long investigation never silently moves to a newer report.
 
 Run against ``make run`` with the devtools provider as the issuer (devtools/README.md), e.g.::
 
@@ -354,6 +358,11 @@ class Binding:
     project: str
     session_id: str
     tools: list[str]
+    task: dict[str, Any] = field(default_factory=dict)  # task_id, run_id, execution request, parent session
+    # The task report revision the session works on: pinned by the server at the first bind and passed
+    # again on every renewal, so a renewed context never moves to a newer report (guarantee 8).
+    report_revision: int | None = None
+    renewals: int = 0
 
 
 class RenewingBearer(httpx2.Auth):
@@ -555,14 +564,48 @@ class AgentHost:
 
     # --- contexts ----------------------------------------------------------------------------------
     async def bind(self, session: Session, *, project: str, purpose: str, session_id: str, **task: Any) -> Binding:
-        body = {"project": project, "session_id": session_id, "purpose": purpose, **task}
+        """Create a context. ``task`` holds a task purpose's fields and optionally ``report_revision``
+        (without it the server pins the task's newest revision, and the binding remembers which)."""
+        data = await self._create_context(session, project=project, purpose=purpose, session_id=session_id, **task)
+        task = {k: v for k, v in task.items() if k != "report_revision"}
+        binding = Binding(
+            data["context_handle"],
+            session.principal,
+            purpose,
+            project,
+            session_id,
+            list(data["tools"]),
+            task=task,
+            report_revision=data.get("report_revision"),
+        )
+        self.bindings.append(binding)
+        return binding
+
+    async def _create_context(self, session: Session, **body: Any) -> dict[str, Any]:
         async with httpx2.AsyncClient(auth=RenewingBearer(self, session, QUERY_SCOPES), timeout=30) as http:
             response = await http.post(f"{self.api_base}/mcp-query-contexts", json=body)
         if response.status_code != 201:
             raise HostError(f"binding refused: {response.status_code} {response.json().get('code', '')}")
-        data = response.json()
-        binding = Binding(data["context_handle"], session.principal, purpose, project, session_id, list(data["tools"]))
-        self.bindings.append(binding)
+        return dict(response.json())
+
+    async def renew_binding(self, session: Session, binding: Binding) -> Binding:
+        """Guarantee 8: a context expires after ten minutes; the host binds a new one for the same session,
+        task and run — with the report revision the session was working on, never the newest by
+        default — and swaps the handle in place (the model never saw either). The tools are the new
+        binding's (a renewal never widens them beyond what the server decides now)."""
+        extra = {"report_revision": binding.report_revision} if binding.report_revision is not None else {}
+        data = await self._create_context(
+            session,
+            project=binding.project,
+            purpose=binding.purpose,
+            session_id=binding.session_id,
+            **binding.task,
+            **extra,
+        )
+        binding.handle = data["context_handle"]
+        binding.tools = list(data["tools"])
+        binding.report_revision = data.get("report_revision")
+        binding.renewals += 1
         return binding
 
     async def _tracked(self, session: Session, work: Callable[[], Awaitable[Any]]) -> Any:
@@ -591,7 +634,11 @@ class AgentHost:
                 )
 
         try:
-            return await self._tracked(session, work)
+            result = await self._tracked(session, work)
+            if result.is_error and (result.structured_content or {}).get("code") == "CONTEXT_EXPIRED":
+                await self.renew_binding(session, binding)  # guarantee 8: same task, run and revision
+                result = await self._tracked(session, work)
+            return result
         except asyncio.CancelledError:
             raise
         except Exception:

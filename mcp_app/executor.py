@@ -20,6 +20,10 @@ plans here, on the event loop, on a psycopg ``AsyncConnectionPool`` of its own:
   registry tool;
 - **session-level read-only and budget** — ``default_transaction_read_only=on`` and
   ``statement_timeout`` are set in the connection's start-up packet: no BEGIN/SET/COMMIT round trips.
+  The budget is the whole call's, not each statement's (issue 23 item 12): a plan's first statement
+  runs under the session's timeout (the whole budget), each later one under what is left of it (one
+  ``set_config`` before it), and the session's value is restored before the connection goes back
+  (``Execution``);
   Statements run in autocommit: a plan that yields several statements (a count and a page) reads one
   snapshot per statement. Accepted for the current families — the network model changes only by a
   re-import, so at worst one call's ``total`` and page straddle an import, and the result says when it
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -65,7 +70,7 @@ from psycopg.pq import ExecStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from contexts.errors import DataSourceUnavailable, QueryTimeout
-from queries.plan import Bound, CountOf, Plan, Raw, Statement, raw_rows
+from queries.plan import Bound, CountOf, Plan, Raw, Statement, raw_rows, remaining_ms
 from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
@@ -597,28 +602,43 @@ class Execution:
     backend leaves dead connections idle in the pool, each noticed only when used — is run once more on
     a fresh connection after the pool's idle connections were swept (``QueryDatabase.replace_broken``):
     every statement is read-only and autocommit, so running it again is safe (issue 17 item 9). The
-    connection the call must give back is ``conn`` (the replacement, once replaced)."""
+    connection the call must give back is ``conn`` (the replacement, once replaced).
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], db: QueryDatabase | None = None) -> None:
+    The query budget (``budget_s``; by default the ``db``'s) is the call's, counted from here: the first
+    guarded statement runs under the session's ``statement_timeout`` (the whole budget), each later one
+    under what is left (``set_config`` in the same task as the statement), none starts once nothing is
+    left (``QUERY_TIMEOUT``), and ``run_plan`` restores the session's value before the connection goes
+    back (``restore_timeout``)."""
+
+    def __init__(
+        self, conn: psycopg.AsyncConnection[Any], db: QueryDatabase | None = None, *, budget_s: float | None = None
+    ) -> None:
         self.conn: psycopg.AsyncConnection[Any] | None = conn  # None: given back, no replacement to be had
         self.db = db
         self.cancelled = False
         self.cancel_sent = False
         self.replaced = False
+        budget = budget_s if budget_s is not None else (db.budget_s if db is not None else None)
+        self.deadline = time.monotonic() + budget if budget is not None else None
+        self.statements = 0  # guarded statements started
+        self.timeout_changed: psycopg.AsyncConnection[Any] | None = None  # the connection whose timeout was set
 
     @telemetry.traced_statement
-    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+    async def _fetch(self, sql: str, params: tuple[Any, ...], timeout_ms: int | None = None) -> list[Any]:
         assert self.conn is not None  # set for as long as statements run
         cursor = self.conn.cursor()
         try:
+            if timeout_ms is not None:
+                self.timeout_changed = self.conn
+                await cursor.execute("SELECT set_config('statement_timeout', %s, false)", (f"{timeout_ms}ms",))
             await cursor.execute(sql, params)
             result = cursor.pgresult
             return await cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
         finally:
             await cursor.close()
 
-    async def _guarded(self, compiled: Compiled) -> list[Any]:
-        task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params))
+    async def _guarded(self, compiled: Compiled, timeout_ms: int | None = None) -> list[Any]:
+        task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params, timeout_ms))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -647,10 +667,15 @@ class Execution:
             raise CallCancelled
         if compiled.shape is None:  # nothing can match: no SQL to run
             return compiled.empty
+        timeout_ms = None
+        if guarded and self.deadline is not None:
+            left = remaining_ms(self.deadline)  # QUERY_TIMEOUT when nothing is left
+            timeout_ms = left if self.statements else None  # the first runs under the session's (whole) budget
+            self.statements += 1
         while True:
             try:
                 if guarded:
-                    raw = await self._guarded(compiled)
+                    raw = await self._guarded(compiled, timeout_ms)
                 else:
                     raw = await self._fetch(compiled.sql, compiled.params)
                 return compiled.shape.rows(raw)
@@ -665,6 +690,19 @@ class Execution:
                 self.replaced, self.conn = True, None
                 self.conn = await self.db.replace_broken(broken)  # DataSourceUnavailable when none comes
 
+    async def restore_timeout(self) -> None:
+        """Give the connection its session ``statement_timeout`` back (a later call's first statement
+        runs under it), shielded; a connection that cannot be reset is closed (the pool replaces it)."""
+        conn, self.timeout_changed = self.timeout_changed, None
+        if conn is None or conn.closed:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await conn.execute("RESET statement_timeout")
+            except psycopg.Error as exc:
+                logger.warning("statement timeout reset failed error_class=%s", type(exc).__name__)
+                await conn.close()
+
 
 async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompiler) -> R:
     """Drive a plan to completion on one connection; return the service's result."""
@@ -677,6 +715,8 @@ async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompi
         return stop.value  # type: ignore[no-any-return]
     finally:
         plan.close()
+        if execution.timeout_changed is not None:
+            await execution.restore_timeout()
 
 
 #: How long a call may wait for a free tool-query slot of its process before it is refused (RATE_LIMITED):
@@ -722,6 +762,7 @@ class QueryDatabase:
         self.reserved = 1 if size < 4 else 2
         self.tool_slots = max(1, size - self.reserved)
         self.checkout_timeout_s = checkout_timeout_s
+        self.budget_s = budget_s  # per call (``Execution``)
         self.compiler = StatementCompiler()
         self._tool_slots = asyncio.Semaphore(self.tool_slots)
         self._kwargs = _connection_kwargs(int(budget_s * 1000), connect_timeout_s)

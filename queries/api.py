@@ -191,12 +191,14 @@ def parse_arguments(spec: ToolSpec, query: Mapping[str, list[str]], path_args: M
 
 
 def run_read_only(spec: ToolSpec, scope: Any, args: dict[str, Any]) -> dict[str, Any]:
-    """Run the tool's plan in a read-only transaction with the query budget as statement timeout."""
-    budget_ms = int(settings.TJWATER_MCP_QUERY_BUDGET_S * 1000)
+    """Run the tool's plan in a read-only transaction under the query budget — the whole call's, not
+    each statement's (``run_sync(…, budget_s=…)``, issue 23 item 12)."""
+    budget_s = settings.TJWATER_MCP_QUERY_BUDGET_S
+    budget_ms = int(budget_s * 1000)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {budget_ms}")
-        result = run_sync(spec.invoke(scope, args))
+        result = run_sync(spec.invoke(scope, args), budget_s=budget_s)
     return result.model_dump(mode="json")
 
 

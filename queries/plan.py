@@ -31,13 +31,17 @@ sync run of every registry tool issues exactly the statements its plan yields.
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from django.db import connection
+from django.db import OperationalError, connection
 from django.db.models import QuerySet
+from psycopg.errors import QueryCanceled
 
+from contexts.errors import QueryTimeout
 from queries.units import present
 
 P = ParamSpec("P")
@@ -142,14 +146,46 @@ def execute_sync(statement: Statement) -> Any:
     raise TypeError(f"a query plan yielded {type(statement).__name__}, not a statement")
 
 
-def run_sync(plan: Plan[R]) -> R:
-    """Run a plan to completion with Django's connection; return the service's result."""
+def run_sync(plan: Plan[R], *, budget_s: float | None = None) -> R:
+    """Run a plan to completion with Django's connection; return the service's result.
+
+    With ``budget_s`` (the REST edge, inside its read-only transaction) the budget is the whole call's,
+    not each statement's (R-PAGE-7, issue 23 item 12): every statement after the first runs with
+    ``statement_timeout`` = what is left of it (``SET LOCAL``: it ends with the transaction), a
+    statement that would start with nothing left is refused, and a statement cancelled by the timeout
+    is ``QUERY_TIMEOUT``. The first statement runs under the timeout the caller set for the
+    transaction (the whole budget)."""
+    deadline = time.monotonic() + budget_s if budget_s is not None else None
+    first = True
     try:
         statement = next(plan)
         while True:
-            statement = plan.send(execute_sync(statement))
+            if deadline is not None and not first:
+                _set_local_timeout(deadline)
+            first = False
+            try:
+                rows = execute_sync(statement)
+            except OperationalError as exc:
+                if deadline is not None and isinstance(exc.__cause__, QueryCanceled):
+                    raise QueryTimeout() from None
+                raise
+            statement = plan.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]  # the generator's return value
+
+
+def remaining_ms(deadline: float) -> int:
+    """Milliseconds left until ``deadline`` (``time.monotonic``), at least 1; ``QUERY_TIMEOUT`` when
+    none is left (``statement_timeout = 0`` would mean *no* limit)."""
+    left = math.ceil((deadline - time.monotonic()) * 1000)
+    if left <= 0:
+        raise QueryTimeout()
+    return left
+
+
+def _set_local_timeout(deadline: float) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{remaining_ms(deadline)}ms"])
 
 
 class ServiceFunction(Generic[P, R]):

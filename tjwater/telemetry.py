@@ -228,14 +228,14 @@ def _sql_attributes(sql: str) -> dict[str, Any]:
 
 
 def traced_statement(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Decorate ``async def _fetch(self, sql, params)``: one CLIENT span per SQL statement."""
+    """Decorate ``async def _fetch(self, sql, params, …)``: one CLIENT span per SQL statement."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, sql: str, params: Any) -> R:
+    async def wrapper(self: Any, sql: str, params: Any, *args: Any, **kwargs: Any) -> R:
         if _tracer is None:
-            return await fn(self, sql, params)
+            return await fn(self, sql, params, *args, **kwargs)
         with span("postgresql " + _sql_attributes(sql)["db.operation.name"], _sql_attributes(sql), SpanKind.CLIENT):
-            return await fn(self, sql, params)
+            return await fn(self, sql, params, *args, **kwargs)
 
     return wrapper
 

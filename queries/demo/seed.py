@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 import time as _time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -117,6 +118,24 @@ class _Network:
     results: object
 
 
+#: Seeders of higher apps, registered from their ``AppConfig.ready()`` (e.g. evidence's DEMO sample):
+#: called with the demo project after the demo's own rows, and again by ``ensure_demo_loaded`` on a demo
+#: seeded before they existed — each adds only what is missing and returns the rows it added by kind.
+_DEMO_SEEDERS: list[Callable[..., dict[str, int]]] = []
+
+
+def register_demo_seeder(seeder: Callable[..., dict[str, int]]) -> None:
+    if seeder not in _DEMO_SEEDERS:
+        _DEMO_SEEDERS.append(seeder)
+
+
+def _run_demo_seeders(demo: Project, summary: SeedSummary | None = None) -> None:
+    for seeder in _DEMO_SEEDERS:
+        added = seeder(project=demo)
+        if summary is not None:
+            _add(summary, added)
+
+
 def demo_has_network() -> bool:
     return Junction.objects.filter(project__slug=DEMO_SLUG).exists()
 
@@ -128,6 +147,9 @@ def ensure_demo_loaded() -> bool:
     """
     if demo_has_network():
         _own_demo_runs()
+        demo = Project.objects.filter(slug=DEMO_SLUG).first()
+        if demo is not None:
+            _run_demo_seeders(demo)
         return False
     seed_demo()
     return True
@@ -197,6 +219,7 @@ def seed_demo() -> SeedSummary:
         _runtime(demo_b, summary)
         _peripheral(net, rng, summary)
         _tasks(demo, demo_b, summary)
+        _run_demo_seeders(demo, summary)
         _analyze()
     summary.seconds = _time.monotonic() - t0
     logger.info("demo seeded in %.1fs", summary.seconds)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from contexts.errors import LimitExceeded
@@ -12,6 +13,8 @@ from contexts.errors import LimitExceeded
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 500
 MAX_OFFSET = 10000
+#: R-PAGE-2: a time-series call returns at most 10000 points *or* 8 MiB of them, whichever comes first.
+SERIES_MAX_BYTES = 8 * 1024 * 1024
 
 ItemT = TypeVar("ItemT")
 DataT = TypeVar("DataT")
@@ -96,3 +99,18 @@ class ResultEnvelope(BaseModel, Generic[DataT]):
     continue_with: dict[str, Any] | None = None
     data_gaps: list[DataGap] = Field(default_factory=list)
     evidence_id: str | None = None
+
+
+def check_series_bytes(points: Any) -> int:
+    """R-PAGE-2's byte limit: the JSON of a call's points, measured before the result is built and
+    serialised (one serialisation of the points — what every edge does to them anyway); more than
+    ``SERIES_MAX_BYTES`` → ``LIMIT_EXCEEDED`` (narrow the targets or the window, or page), never a
+    silently cut series. Returns the size."""
+    size = len(pydantic_core.to_json(points))
+    if size > SERIES_MAX_BYTES:
+        raise LimitExceeded(
+            f"These points are {size} bytes, over the {SERIES_MAX_BYTES}-byte limit of one time-series call; "
+            "ask for fewer targets, a shorter window or a smaller page.",
+            details={"series_bytes": size, "max_bytes": SERIES_MAX_BYTES},
+        )
+    return size

@@ -46,7 +46,7 @@ from queries.schemas.analysis import (
     ResultTypeCount,
     SeriesPoint,
 )
-from queries.schemas.common import DataGap, PageRequest, TimeWindow
+from queries.schemas.common import DataGap, PageRequest, TimeWindow, check_series_bytes
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "analysis_runs"
@@ -281,6 +281,8 @@ def query_analysis_series(
     if len(rows) > MAX_POINTS:
         raise LimitExceeded(f"More than {MAX_POINTS} points in the window; narrow start/end.")
     gaps = [] if rows else [_span_gap(run, element_type, start, end)]
+    points = [SeriesPoint(time=t, value=v) for t, v in rows]
+    check_series_bytes(points)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     return AnalysisSeriesResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/analysis-runs/{run_id}/{element_type}/{element_id}/{field}",
@@ -292,7 +294,7 @@ def query_analysis_series(
             element_type=element_type,  # type: ignore[arg-type]  # checked by _check_field
             element_id=element_id,
             field=field,
-            points=[SeriesPoint(time=t, value=v) for t, v in rows],
+            points=points,
         ),
         window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
         units=_units(element_type, field),

@@ -37,7 +37,7 @@ from queries.schemas.baseline import (
     BaselineSeriesPage,
     BaselineSeriesResult,
 )
-from queries.schemas.common import PageInfo, PageRequest, TimeWindow
+from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.services.scada import check_targets, time_window
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_QUALITY, Q_UNIT_HEADLOSS, Q_VELOCITY
 
@@ -190,6 +190,7 @@ def query_model_baseline_series(
         BaselinePoint.model_construct(element_id=r["element_id"], time=r["time"], values={f: r[f] for f in names})
         for r in rows
     ]
+    check_series_bytes(items)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     data = BaselineSeriesPage(
         items=items,
         total=total,

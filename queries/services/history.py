@@ -46,7 +46,7 @@ from queries.models import (
     ScadaReading,
 )
 from queries.plan import Plan, service
-from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow
+from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
 from queries.services.analysis import require_series, series_span
 
@@ -281,6 +281,7 @@ def query_element_history(
         )
         for r in rows
     ]
+    check_series_bytes(points)  # ≤ 8 MiB (R-PAGE-2; the page is ≤ 500 points)
 
     gaps = [
         DataGap(start=start, end=end, reason=f"No SCADA device on {k.element_type} {k.element_id}: nothing measured.")

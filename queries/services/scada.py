@@ -5,8 +5,9 @@ made of it (``cleaned_value``, origin ``cleaned``): one call reads one of them, 
 without a value are reported as gap ranges in ``data_gaps`` and never filled in (R-PAGE-6). Every
 lookup goes through the device, filtered by the caller's project (STYLE "scoped lookups").
 
-Time series limits (R-PAGE-2): ≤ 20 devices, a window of ≤ 24 h, ≤ 10000 points — each checked by the
-service, the points by a capped ``COUNT`` in SQL (``LIMIT 10001``).
+Time series limits (R-PAGE-2): ≤ 20 devices, a window of ≤ 24 h, ≤ 10000 points or 8 MiB — each checked
+by the service, the points by a capped ``COUNT`` in SQL (``LIMIT 10001``), their bytes measured before
+the result is built (``check_series_bytes``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.models import ScadaDevice, ScadaReading
 from queries.plan import Plan, Raw, count_of, service
-from queries.schemas.common import PageInfo, PageRequest, TimeWindow
+from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
     ReadingField,
     ScadaDataGap,
@@ -279,6 +280,7 @@ def query_scada_readings(
     rows = yield readings[page.offset : page.offset + page.limit]
     # Rows typed by their columns: built without re-validation (up to 10000 points; a third of the time).
     items = [ScadaReadingPoint.model_construct(device_id=d, time=t, value=v, quality=q) for d, t, v, q in rows]
+    check_series_bytes(items)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     data = ScadaReadingPage(
         items=items,
         total=total,

@@ -16,7 +16,7 @@ from django.test import override_settings
 
 from contexts import dev_issuer, services
 from contexts.errors import ContextInvalid, ContextRevoked
-from contexts.models import ContextEvent, Principal, Project, QueryContext
+from contexts.models import ContextEvent, Principal, Project, QueryContext, TaskReport
 from tests.conftest import ServerProcess, free_port
 from tests.contexts import factories
 
@@ -52,6 +52,8 @@ def e2e(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> Iter
             carol=carol,
             run_alpha=factories.leased_run(alpha, owner=alice, session_id="e2e-ctx-exec-session", lease_s=3600),
         )
+        for revision in (1, 2):
+            TaskReport.objects.create(task=world.run_alpha.task, revision=revision, sections={})
     yield world
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         ContextEvent.objects.filter(project_id__in=[alpha.pk, beta.pk]).delete()
@@ -88,7 +90,8 @@ def test_create_ordinary_chat_returns_the_handle_once(server: ServerProcess, e2e
     response = post(server, bearer(e2e.alice), chat(e2e))
     assert response.status_code == 201, response.text
     body = response.json()
-    assert set(body) == {"context_handle", "expires_at", "purpose", "project", "tools"}
+    assert set(body) == {"context_handle", "expires_at", "purpose", "project", "tools", "report_revision"}
+    assert body["report_revision"] is None
     assert (body["purpose"], body["project"]) == ("ordinary_chat", e2e.alpha.slug)
     assert "get_element_properties" in body["tools"]
     assert body["tools"] == sorted(body["tools"])
@@ -182,10 +185,41 @@ def test_task_execution_for_the_host_client_only(server: ServerProcess, e2e: E2E
         required_permissions=[],
     )  # fmt: skip
     assert (scope.task_id, scope.run_id) == (leased.task.pk, leased.run.pk)
+    assert created.json()["report_revision"] == 2  # the task's newest, pinned
 
     moved = post(server, bearer(e2e.alice), {**body, "session_id": "not-the-lease-holder"})
     assert moved.status_code == 409
     assert moved.json()["code"] == "RUN_NOT_CURRENT"
+
+
+def test_a_task_binding_takes_the_report_revision_to_pin(server: ServerProcess, e2e: E2EWorld) -> None:
+    """Issue 23 item 8: ``report_revision`` is pinned when it is a revision of the bound task; otherwise a
+    404 (not a revision of this task) or a 400 (not a revision number; ordinary chat) naming the field."""
+    leased = e2e.run_alpha
+    body = {
+        "project": e2e.alpha.slug,
+        "session_id": leased.session_id,
+        "purpose": "task_execution",
+        "task_id": leased.task.pk,
+        "run_id": leased.run.pk,
+        "execution_request_id": leased.execution_request.request_id,
+    }
+    pinned = post(server, bearer(e2e.alice), {**body, "report_revision": 1})
+    assert pinned.status_code == 201, pinned.text
+    assert pinned.json()["report_revision"] == 1
+    handle_hash = services.hash_handle(pinned.json()["context_handle"])
+    assert QueryContext.objects.get(handle_hash=handle_hash).report_revision == 1
+
+    unknown = post(server, bearer(e2e.alice), {**body, "report_revision": 3})
+    assert unknown.status_code == 404
+    assert unknown.json()["details"] == {"field": "report_revision"}
+    for bad in ("first", 0):
+        invalid = post(server, bearer(e2e.alice), {**body, "report_revision": bad})
+        assert invalid.status_code == 400
+        assert list(invalid.json()["details"]) == ["report_revision"]
+    refused = post(server, bearer(e2e.alice), {**chat(e2e), "report_revision": 1})
+    assert refused.status_code == 400
+    assert refused.json()["details"]["unexpected"] == ["report_revision"]
 
 
 def test_task_reader_tools_are_a_subset_of_the_executors(server: ServerProcess, e2e: E2EWorld) -> None:

@@ -22,7 +22,7 @@ from contexts.errors import (
     RunNotCurrent,
     ToolNotInContext,
 )
-from contexts.models import ContextEvent, Membership, QueryContext, TaskRun
+from contexts.models import ContextEvent, Membership, QueryContext, TaskReport, TaskRun
 from contexts.tokens import VerifiedToken
 from tests.contexts import factories
 from tests.contexts.conftest import CATALOG, FORBIDDEN_FOR_READERS, TASK_SCOPED, World
@@ -137,6 +137,32 @@ def exec_kwargs(leased: factories.LeasedRun, **overrides: object) -> dict[str, o
         "execution_request_id": leased.execution_request.request_id,
         **overrides,
     }
+
+
+def test_a_task_binding_pins_a_report_revision_of_its_task(world: World) -> None:
+    """Issue 23 item 8: ``report_revision`` is validated against the bound task and stored; without it
+    the task's newest revision is pinned; ordinary chat may not name one."""
+    leased = world.run_alpha
+    for revision in (1, 2):
+        TaskReport.objects.create(task=leased.task, revision=revision, sections={"summary": f"r{revision}"})
+    TaskReport.objects.create(task=world.run_beta.task, revision=7, sections={})
+    alice = factories.token(world.alice)
+
+    pinned = create(alice, ALPHA, "task_execution", **exec_kwargs(leased, report_revision=1))
+    assert pinned.report_revision == 1
+    assert QueryContext.objects.get(pk=pinned.context_id).report_revision == 1
+    newest = create(alice, ALPHA, "task_execution", **exec_kwargs(leased))
+    assert newest.report_revision == 2
+    assert QueryContext.objects.get(pk=newest.context_id).report_revision == 2
+    # A revision of another task (or none at all) is "not found", naming the field.
+    for other in (7, 3):
+        with pytest.raises(NotFound) as exc_info:
+            create(alice, ALPHA, "task_execution", **exec_kwargs(leased, report_revision=other))
+        assert exc_info.value.details == {"field": "report_revision"}
+    with pytest.raises(InvalidParameter) as exc_info:
+        create(alice, ALPHA, report_revision=1)
+    assert exc_info.value.details["unexpected"] == ["report_revision"]
+    assert create(alice, ALPHA).report_revision is None
 
 
 def test_task_contexts_only_for_the_host_client(world: World) -> None:

@@ -26,6 +26,7 @@ from contexts.scope import QueryScope
 from contexts.services import context_create, resolve_context, tool_catalog
 from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
+from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.demo.seed import DEMO_B_SLUG, DEMO_EXECUTION_REQUEST_ID, DEMO_SESSION_ID, DEMO_SLUG
 
 HOST_CLIENT = "tjwater-agent-mcp"
@@ -103,12 +104,13 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
         project: Project = demo,
         investigation: Investigation | None = None,
         session_id: str | None = None,
+        report_revision: int | None = None,
     ) -> QueryScope:
         inv = investigation
-        fields: dict[str, Any] = {}
+        fields: dict[str, Any] = {} if report_revision is None else {"report_revision": report_revision}
         if purpose == "task_execution":
             assert inv is not None
-            fields = {
+            fields |= {
                 "task_id": inv.task.pk,
                 "run_id": inv.run.pk,
                 "execution_request_id": inv.execution_request_id,
@@ -116,7 +118,7 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
             session = inv.session_id
         elif purpose == "task_reader":
             assert inv is not None
-            fields = {"task_id": inv.task.pk, "parent_session_id": inv.session_id}
+            fields |= {"task_id": inv.task.pk, "parent_session_id": inv.session_id}
             session = session_id or f"evid-reader-{uuid.uuid4().hex[:8]}"
         else:
             session = session_id or f"evid-chat-{uuid.uuid4().hex[:8]}"
@@ -146,10 +148,10 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
         investigation=lambda: _new_investigation(demo, created_tasks),
     )
     yield world
-    # Evidence of the demo task goes (the demo itself stays as seeded); our tasks cascade their runs,
-    # receipts, snapshots and contexts.
+    # Evidence of the demo task goes (the demo itself, its DEMO sample included, stays as seeded); our
+    # tasks cascade their runs, receipts, snapshots and contexts.
     QueryReceipt.objects.filter(task=demo_run.task).delete()
-    EvidenceSnapshot.objects.filter(task=demo_run.task).delete()
+    EvidenceSnapshot.objects.filter(task=demo_run.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
     Task.objects.filter(pk__in=created_tasks).delete()
     QueryContext.objects.filter(pk__in=contexts).delete()
     ContextEvent.objects.filter(context_id__in=contexts).delete()
@@ -159,7 +161,7 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
 def clean_demo_evidence(world: EvidenceWorld) -> Iterator[None]:
     """Tests that count the demo task's receipts and snapshots start and end with none."""
     QueryReceipt.objects.filter(task=world.demo_task.task).delete()
-    EvidenceSnapshot.objects.filter(task=world.demo_task.task).delete()
+    EvidenceSnapshot.objects.filter(task=world.demo_task.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
     yield
     QueryReceipt.objects.filter(task=world.demo_task.task).delete()
-    EvidenceSnapshot.objects.filter(task=world.demo_task.task).delete()
+    EvidenceSnapshot.objects.filter(task=world.demo_task.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()

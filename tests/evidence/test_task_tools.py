@@ -4,6 +4,7 @@ ceiling, reader isolation (R-CTX-4), and ``get_task_context`` with bound and pin
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -13,8 +14,16 @@ import pytest
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.models import TaskReport
 from contexts.scope import QueryScope
-from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
-from evidence.task_tools import PAGE_CEILING_BYTES, get_task_context, get_task_evidence
+from evidence.demo import sample_document
+from evidence.models import EvidenceSnapshot
+from evidence.services import REQUEST_KEY_META, canonical_json, run_with_evidence_sync
+from evidence.task_tools import (
+    DEMO_SAMPLE_SOURCE,
+    PAGE_CEILING_BYTES,
+    EvidenceIntegrityError,
+    get_task_context,
+    get_task_evidence,
+)
 from queries.plan import run_sync
 from queries.registry import tools_by_name
 from tests.evidence.conftest import EvidenceWorld, Investigation
@@ -284,6 +293,25 @@ def test_a_revision_written_after_binding_is_read_only_when_pinned(world: Eviden
     assert summary_only.data.page is None and summary_only.data.report_revisions_total == 2
 
 
+def test_a_renewed_binding_keeps_its_pinned_revision(world: EvidenceWorld) -> None:
+    """Issue 23 item 8: the binding's pinned revision is what ``get_task_context`` reads by default, so a
+    context renewed with the revision its session was working on stays on it after newer revisions
+    were written; a binding that names none pins the newest at bind time."""
+    inv = world.investigation()
+    TaskReport.objects.create(task=inv.task, revision=1, sections={"summary": "first"})
+    TaskReport.objects.create(task=inv.task, revision=2, sections={"summary": "second"})
+    first = world.bind("task_execution", investigation=inv, report_revision=1)
+    TaskReport.objects.create(task=inv.task, revision=3, sections={"summary": "third"})
+    renewed = world.bind("task_execution", investigation=inv, report_revision=1)
+    for scope in (first, renewed):
+        data = get_task_context(scope=scope, section="summary").data
+        assert (data.report_revision, data.revision_source, data.page.text) == (1, "bound_to_context", "first")
+    reader = world.bind("task_reader", investigation=inv, report_revision=2)
+    assert get_task_context(scope=reader, section="summary").data.page.text == "second"
+    fresh = world.bind("task_execution", investigation=inv)
+    assert get_task_context(scope=fresh, section="summary").data.report_revision == 3
+
+
 def test_task_context_is_only_for_task_contexts(world: EvidenceWorld) -> None:
     with pytest.raises(NotFound):
         get_task_context(scope=world.bind("ordinary_chat", subject="alice"))
@@ -300,3 +328,81 @@ def test_an_unknown_evidence_id_in_an_ordinary_chat_is_not_found_without_a_looku
     )  # fmt: skip
     with pytest.raises(NotFound):
         get_task_evidence(scope=chat, evidence_id=str(uuid.uuid4()))
+
+
+# --- DEMO samples (issue 23 item 10) -------------------------------------------------------------------
+
+
+def _copy_of_sample(scope: QueryScope, inv: Investigation, *, source: str, sha256: str | None = None) -> str:
+    """The demo's sample document saved again under another investigation: as a sample (``source``
+    demo_sample) or as ordinary evidence, with its true digest or another."""
+    document = sample_document()
+    canonical = canonical_json(document)
+    snapshot = EvidenceSnapshot.objects.create(
+        project=world_project(scope),
+        task=inv.task,
+        run=inv.run,
+        tool="query_scada_readings",
+        source=source,
+        principal=inv.run.owner,
+        required_permissions=["scada.view"],
+        data=document,
+        byte_size=len(canonical),
+        sha256=sha256 or hashlib.sha256(canonical).hexdigest(),
+    )
+    return str(snapshot.pk)
+
+
+def world_project(scope: QueryScope) -> Any:
+    from contexts.models import Project
+
+    return Project.objects.get(pk=scope.project_id)
+
+
+def test_the_demo_ships_a_sample_that_pages_after_a_whole_document_check(world: EvidenceWorld) -> None:
+    """The seeded DEMO sample of the demo investigation pages like any evidence (index order, keys in C
+    order) — after the whole document was read and its digest verified."""
+    scope = world.bind("task_execution", investigation=world.demo_task)
+    sample = EvidenceSnapshot.objects.get(task=world.demo_task.task, source=DEMO_SAMPLE_SOURCE)
+    document = sample_document()
+    assert sample.sha256 == hashlib.sha256(canonical_json(document)).hexdigest()
+    items = page(scope, str(sample.pk), ["data", "items"], offset=2, limit=3)
+    assert (items.kind, items.total, items.items) == ("array", 8, document["data"]["items"][2:5])
+    device = page(scope, str(sample.pk), ["data", "device"])
+    assert [e["key"] for e in device.items] == sorted(document["data"]["device"])
+    note = page(scope, str(sample.pk), ["data", "note"], offset=5, limit=6)
+    assert note.text == document["data"]["note"][5:11]
+    assert page(scope, str(sample.pk), ["data", "items", "0", "value"]).value == 31.5
+    with pytest.raises(NotFound):
+        page(scope, str(sample.pk), ["data", "nothing"])
+
+
+def test_a_sample_that_fails_its_digest_gives_no_page(world: EvidenceWorld) -> None:
+    """Only the selected page would look fine: the sample's whole document is verified first. The same
+    document saved as ordinary evidence (paged in SQL, no whole read) still pages."""
+    inv = world.investigation()
+    scope = world.bind("task_execution", investigation=inv)
+    tampered = _copy_of_sample(scope, inv, source=DEMO_SAMPLE_SOURCE, sha256="0" * 64)
+    with pytest.raises(EvidenceIntegrityError):
+        page(scope, tampered, ["data", "items"], limit=1)
+    intact = _copy_of_sample(scope, inv, source=DEMO_SAMPLE_SOURCE)
+    assert len(page(scope, intact, ["data", "items"], limit=1).items) == 1
+
+
+def test_a_sample_over_the_ceiling_is_refused_whatever_the_page(
+    world: EvidenceWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 8 MiB ceiling of a sample is on the whole document, checked in the database: a one-item page
+    of a sample over it is refused (the source must split the sample), while ordinary evidence's page
+    of the same size passes (its ceiling is per page)."""
+    from evidence import task_tools
+
+    inv = world.investigation()
+    scope = world.bind("task_execution", investigation=inv)
+    sample = _copy_of_sample(scope, inv, source=DEMO_SAMPLE_SOURCE)
+    ordinary = _copy_of_sample(scope, inv, source="scada")
+    monkeypatch.setattr(task_tools, "PAGE_CEILING_BYTES", 500)
+    with pytest.raises(LimitExceeded) as refused:
+        page(scope, sample, ["data", "items"], limit=1)
+    assert refused.value.details["document_bytes"] > 500
+    assert len(page(scope, ordinary, ["data", "items"], limit=1).items) == 1

@@ -23,7 +23,16 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from contexts.models import ExecutionRequest, Membership, Principal, Project, QueryContext, Task, TaskRun
+from contexts.models import (
+    ExecutionRequest,
+    Membership,
+    Principal,
+    Project,
+    QueryContext,
+    Task,
+    TaskReport,
+    TaskRun,
+)
 from contexts.onboarding import membership_grant
 from contexts.services import Actor
 from examples.agent_host import (
@@ -302,6 +311,81 @@ def test_logout_cancels_calls_in_flight_revokes_and_clears(
     _wait(lambda: active_sleeps(db) == baseline, 5)
     line = rf"mcp call cancelled backend_cancel_sent=True principal=\d+ project=\d+ task={run.task_id} run={run.pk} "
     _wait(lambda: re.search(line + "tool=test_slow_query", idp_server.log()) is not None, 5)
+
+
+def test_a_renewed_investigation_context_keeps_its_report_revision(
+    idp: IdentityProvider, idp_server: ServerProcess, alice_member: str, django_db_blocker: Any
+) -> None:
+    """Item 8: the worker's investigation (its own run, owned by the provider's worker identity) pins
+    report revision 1 of its task (revision 2 is the newest). When the ten-minute context expires the
+    host binds again for the same task and run with revision 1 and repeats the call: get_task_context
+    still reads revision 1, not the newest."""
+    run, execution_request = _worker_investigation(django_db_blocker)
+
+    async def scenario() -> tuple[int | None, list[tuple[int, str, str]], int, int | None]:
+        host = _host(idp, idp_server)
+        auth = await host.start()
+        worker = Worker(auth.token_endpoint, WORKER_CLIENT_ID, WORKER_CLIENT_SECRET)
+        service = await worker.session()
+        execution = await host.bind(
+            service,
+            project=PROJECT,
+            purpose="task_execution",
+            session_id=run.lease_holder,
+            task_id=run.task_id,
+            run_id=run.pk,
+            execution_request_id=execution_request,
+            report_revision=1,
+        )
+        pinned = execution.report_revision
+        reads = []
+        for n in range(2):
+            if n:  # the context lapses (as after ten minutes): the server answers CONTEXT_EXPIRED
+                await asyncio.to_thread(_expire_contexts, django_db_blocker, run.lease_holder)
+            result = await host.call(
+                service, execution, "get_task_context", {"section": "summary"}, request_key=f"rev-{n}"
+            )
+            assert not result.is_error, result.structured_content
+            data = result.structured_content["data"]
+            reads.append((data["report_revision"], data["revision_source"], data["page"]["text"]))
+        renewals, kept = execution.renewals, execution.report_revision
+        await host.logout(service)
+        return pinned, reads, renewals, kept
+
+    try:
+        pinned, reads, renewals, kept = asyncio.run(scenario())
+    finally:
+        with django_db_blocker.unblock():
+            Task.objects.filter(pk=run.task_id).delete()
+    assert pinned == 1
+    assert reads == [(1, "bound_to_context", "revision 1")] * 2
+    assert renewals == 1 and kept == 1
+
+
+def _worker_investigation(django_db_blocker: Any) -> tuple[TaskRun, str]:
+    """A task of the demo project run by the provider's worker identity (``alice_member`` made it a
+    member), leased for an hour, with report revisions 1 and 2."""
+    with django_db_blocker.unblock():
+        worker = Principal.objects.get(subject=WORKER_CLIENT_ID, memberships__project__slug=PROJECT)
+        task = Task.objects.create(project=worker.memberships.get().project, title="host revision test")
+        run = TaskRun.objects.create(
+            task=task,
+            sequence=1,
+            owner=worker,
+            lease_holder=f"host-rev-{task.pk}",
+            lease_expires_at=timezone.now() + timedelta(hours=1),
+        )
+        request = ExecutionRequest.objects.create(run=run, request_id=f"host-rev-exec-{task.pk}")
+        for revision in (1, 2):
+            TaskReport.objects.create(task=task, revision=revision, sections={"summary": f"revision {revision}"})
+        return run, request.request_id
+
+
+def _expire_contexts(django_db_blocker: Any, session_id: str) -> None:
+    with django_db_blocker.unblock():
+        QueryContext.objects.filter(session_id=session_id, revoked_at__isnull=True).update(
+            expires_at=timezone.now() - timedelta(seconds=1)
+        )
 
 
 def test_discovery_refuses_a_mismatching_resource(idp: IdentityProvider, idp_server: ServerProcess) -> None:

@@ -10,6 +10,7 @@ same result (``queried_at`` aside, it is the clock) or the same refusal. Real Po
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime
 from typing import Any
 
@@ -411,3 +412,47 @@ def test_a_cancelled_call_stops_its_statement_and_starts_no_other() -> None:
     assert execution.cancelled and execution.cancel_sent
     assert reached_second == []
     assert active == 0
+
+
+def _sleeps(count: int, seconds: float) -> Any:
+    from queries.plan import Raw
+
+    for _ in range(count):
+        yield Raw("SELECT pg_sleep(%s)", (seconds,))
+    return count
+
+
+def test_the_query_budget_is_the_whole_calls_not_each_statements() -> None:
+    """Issue 23 item 12: a four-statement plan may not hold the database for four budgets. Four 0.4 s
+    statements under a 1 s budget: each alone fits, together they do not — the third is cut when the
+    budget runs out (QUERY_TIMEOUT), and the connection goes back with the session's timeout again."""
+    from contexts.errors import QueryTimeout
+
+    async def run() -> tuple[float, str, int]:
+        db = QueryDatabase(size=1, budget_s=1, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            started = time.monotonic()
+            try:
+                with pytest.raises(QueryTimeout):
+                    await run_plan(_sleeps(4, 0.4), Execution(conn, db), db.compiler)
+                elapsed = time.monotonic() - started
+            finally:
+                await db.give_back(conn)
+            conn = await db.checkout()
+            try:
+                cur = await conn.execute("SHOW statement_timeout")
+                restored = (await cur.fetchone())[0]
+                # Within the budget the same kind of plan still runs to the end.
+                done = await run_plan(_sleeps(2, 0.1), Execution(conn, db), db.compiler)
+            finally:
+                await db.give_back(conn)
+            return elapsed, restored, done
+        finally:
+            await db.close()
+
+    elapsed, restored, done = asyncio.run(run())
+    assert 0.9 < elapsed < 1.4
+    assert restored == "1s"
+    assert done == 2

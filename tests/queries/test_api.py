@@ -7,6 +7,7 @@ response that contradicts the schema."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import httpx2
@@ -320,3 +321,26 @@ def test_rest_requests_take_the_principals_in_flight_slots(demo_server: ServerPr
     assert served.status_code == 200
     assert client.zcard(key) == 0  # given back when the response was written
     client.close()
+
+
+@pytest.mark.django_db
+def test_the_rest_query_budget_is_the_whole_calls() -> None:
+    """Issue 23 item 12 on the REST edge: four 0.4 s statements under a 1 s budget are cut when the
+    call's budget is spent (QUERY_TIMEOUT), not allowed 1 s each."""
+    from types import SimpleNamespace
+
+    from django.test import override_settings
+
+    from contexts.errors import QueryTimeout
+    from queries.api import run_read_only
+    from queries.plan import Raw
+
+    def sleeps(scope: Any, args: dict[str, Any]) -> Any:
+        for _ in range(4):
+            yield Raw("SELECT pg_sleep(%s)", (0.4,))
+        return None
+
+    started = time.monotonic()
+    with override_settings(TJWATER_MCP_QUERY_BUDGET_S=1), pytest.raises(QueryTimeout):
+        run_read_only(SimpleNamespace(invoke=sleeps), None, {})  # type: ignore[arg-type]
+    assert 0.9 < time.monotonic() - started < 1.4
