@@ -14,6 +14,7 @@ from queries.models.analysis import (
 )
 from queries.models.baseline import LinkBaseline, NodeBaseline
 from queries.models.gis import ElementGisProperties, GisFeature, GisLayer
+from queries.models.jobs import Job, JobKind, JobStatus
 from queries.models.network import (
     ELEMENT_MODELS,
     ELEMENT_TYPES,
@@ -50,6 +51,9 @@ __all__ = [
     "ElementGisProperties",
     "GisFeature",
     "GisLayer",
+    "Job",
+    "JobKind",
+    "JobStatus",
     "Junction",
     "LinkBaseline",
     "LinkStatus",
