@@ -12,7 +12,7 @@ from queries.models.analysis import (
     AnalysisRun,
     RunStatus,
 )
-from queries.models.baseline import LinkBaseline, NodeBaseline
+from queries.models.baseline import LinkBaseline, NetworkSource, NodeBaseline
 from queries.models.gis import ElementGisProperties, GisFeature, GisLayer
 from queries.models.jobs import Job, JobKind, JobStatus
 from queries.models.network import (
@@ -58,6 +58,7 @@ __all__ = [
     "LinkBaseline",
     "LinkStatus",
     "NetworkOptions",
+    "NetworkSource",
     "NetworkSchema",
     "NodeBaseline",
     "Observation",
