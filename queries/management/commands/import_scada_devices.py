@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
 from queries.importer.scada_devices import ScadaImportError, import_scada_devices
+from queries.services.jobs import job_failed, job_finished, job_started
 
 
 class Command(BaseCommand):
@@ -27,10 +28,15 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
+        path = Path(options["file"])
+        job = job_started(project=project, kind="scada_devices", subject=path.name, started_by="manage.py")
         try:
-            summary = import_scada_devices(project=project, path=Path(options["file"]), crs=options["crs"])
+            summary = import_scada_devices(project=project, path=path, crs=options["crs"])
         except ScadaImportError as exc:
+            lines = str(exc).splitlines()
+            job_failed(job, lines[0], rejects=max(0, len(lines) - 1), reject_lines=lines[1:])
             raise CommandError(str(exc)) from exc
+        job_finished(job, rows=summary.created + summary.updated, detail=summary.__dict__)
         self.stdout.write(
             f"devices of {project.slug}: {summary.created} created, {summary.updated} updated, "
             f"{summary.unchanged} unchanged"
