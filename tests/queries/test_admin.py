@@ -33,7 +33,18 @@ def superuser_client(db: None) -> Client:
     return client
 
 
-@pytest.mark.usefixtures("demo_loaded")
+@pytest.fixture
+def job_rows(demo_loaded: None, db: None) -> None:
+    """A job and a kept .inp for the demo project (the demo seeds neither; rolled back with the test)."""
+    from contexts.models import Project
+    from queries.models import Job, NetworkSource
+
+    project = Project.objects.get(slug="tianjin-demo")
+    NetworkSource.objects.create(project=project, file_name="Net6.inp", inp_text="[TITLE]\n[END]\n")
+    Job.objects.create(project=project, kind="scada_import", subject="historian.csv", status="succeeded", rows=1)
+
+
+@pytest.mark.usefixtures("demo_loaded", "job_rows")
 @pytest.mark.parametrize(("model", "model_admin"), QUERIES_ADMINS, ids=[m._meta.model_name for m, _ in QUERIES_ADMINS])
 def test_superuser_can_browse_but_not_edit(
     superuser_client: Client, model: type[models.Model], model_admin: admin.ModelAdmin
