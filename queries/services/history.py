@@ -49,6 +49,7 @@ from queries.plan import Plan, service
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
 from queries.services.analysis import require_series, series_span
+from queries.units import STORAGE_UNITS
 
 SOURCE = "element_history"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
@@ -59,7 +60,7 @@ MAX_POINTS = 500
 MODES = ("observed", "realtime_comparison", "analysis_comparison")
 MAX_COVERAGE_ROWS = 1443  # instants of 24 h at the smallest baseline step (60 s) + first + last
 BASELINE_STEP = timedelta(minutes=15)  # the step assumed when a window holds fewer than two instants
-UNITS = {"pressure": "m", "flow": "m3/s", "level": "m"}
+UNITS = dict(STORAGE_UNITS)  # every quantity's storage unit; the model fields pressure (m), flow (m3/s) among them
 C = "C"  # byte-order collation: the same order on every database, whatever its default collation
 
 # The union's columns, identical in every branch (names and order): the first six are the sort key.
