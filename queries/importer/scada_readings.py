@@ -89,6 +89,7 @@ class ReadingImportSummary:
     updated: int = 0
     unchanged: int = 0
     windows: dict[str, list[str]] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per step (read+stage, slots, clean, merge)
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -459,6 +460,9 @@ def import_scada(
             "CREATE TEMP TABLE tjw_stage (device_id integer, t double precision, value double precision, "
             "line bigint) ON COMMIT DROP"
         )
+        # Sorts and hashes of millions of staged rows stay in memory rather than spill (this transaction only).
+        _exec("SET LOCAL work_mem = '256MB'")
+        _exec("SET LOCAL maintenance_work_mem = '256MB'")
         for first, frame in batches:
             staged = _stage_batch(frame, first, layout, devices, zone, rejects)
             summary.samples += len(staged)
@@ -477,6 +481,7 @@ def import_scada(
         if summary.rejects > max_rejects:
             summary.seconds = _time.monotonic() - t0
             raise RejectedFile(summary, max_rejects)
+        summary.phases["read_and_stage_s"] = round(_time.monotonic() - t0, 1)
         _merge(devices, summary)
         if dry_run:
             transaction.set_rollback(True)
@@ -488,6 +493,7 @@ def import_scada(
 
 def _merge(devices: dict[str, _Device], summary: ReadingImportSummary) -> None:
     """Staged samples → slots → cleaned rows → one set-based merge into the readings."""
+    t0 = _time.monotonic()
     by_pk = {d.pk: d for d in devices.values()}
     _exec("CREATE TEMP TABLE tjw_dev (device_id integer PRIMARY KEY, step integer, state boolean) ON COMMIT DROP")
     with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_dev FROM STDIN") as copy:
@@ -510,6 +516,7 @@ def _merge(devices: dict[str, _Device], summary: ReadingImportSummary) -> None:
     _exec("CREATE INDEX ON tjw_slots (device_id, slot)")
     _exec("ANALYZE tjw_slots")
     spans = _exec("SELECT device_id, min(slot), max(slot), count(*) FROM tjw_slots GROUP BY 1 ORDER BY 1")
+    summary.phases["slots_s"] = round(_time.monotonic() - t0, 1)
     _exec(
         # NaN stands for NULL and ``code`` indexes QUALITY_NAMES: fixed-width rows for the binary COPY.
         "CREATE TEMP TABLE tjw_final (device_id integer, slot bigint, monitored double precision, "
@@ -524,6 +531,8 @@ def _merge(devices: dict[str, _Device], summary: ReadingImportSummary) -> None:
         for b_lo in range(lo, hi + 1, BLOCK_SLOTS * d.step):
             b_hi = min(hi, b_lo + (BLOCK_SLOTS - 1) * d.step)
             _clean_block(d, reading, lo, hi, b_lo, b_hi)
+    summary.phases["clean_s"] = round(_time.monotonic() - t0 - summary.phases["slots_s"], 1)
+    t1 = _time.monotonic()
     # Rows in a span that are off the slot grid (an earlier interval) are replaced by the grid's rows.
     _exec(
         f"""
@@ -554,6 +563,7 @@ def _merge(devices: dict[str, _Device], summary: ReadingImportSummary) -> None:
         [list(QUALITY_NAMES)],
     )[0]
     summary.inserted, summary.updated = int(inserted), int(updated)
+    summary.phases["merge_s"] = round(_time.monotonic() - t1, 1)
     summary.unchanged = summary.slots - summary.inserted - summary.updated
 
 
