@@ -96,6 +96,7 @@ def main() -> None:
     dev, csv, cells = write_files(out, args.devices, args.days, args.step)
     generated_s = time.monotonic() - t
     manage(env, "import_scada_devices", str(dev), "--project", "bench-scada")
+    load_before = os.getloadavg()
 
     def timed_import() -> tuple[float, float, dict[str, object]]:
         # /usr/bin/time -f %M: the peak RSS (KiB) of the import process itself, not of earlier children.
@@ -114,7 +115,7 @@ def main() -> None:
     query = _query_times(env, args.days)
     results = {
         "measured_at": datetime.now(UTC).isoformat(),
-        "load_average_before": os.getloadavg(),
+        "load_average_before": load_before,
         "cpus": os.cpu_count(),
         "devices": args.devices,
         "days": args.days,
@@ -123,9 +124,10 @@ def main() -> None:
         "generate_s": round(generated_s, 1),
         "import_s": round(first_s, 1),
         "import_peak_rss_mb": round(first_rss, 1),
-        "import_summary": {k: first[k] for k in ("samples", "slots", "inserted", "updated", "rejects")},
+        "import_summary": {k: first[k] for k in ("samples", "slots", "inserted", "updated", "rejects", "phases")},
         "reimport_s": round(again_s, 1),
         "reimport_changed": again["inserted"] + again["updated"],
+        "reimport_phases": again["phases"],
         "query_scada_readings_20x24h_ms": query,
         "load_average_after": os.getloadavg(),
     }
