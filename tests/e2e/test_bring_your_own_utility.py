@@ -19,6 +19,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -194,3 +195,15 @@ def test_a_new_utility_end_to_end(
     model_gaps = [g for g in march_history["data_gaps"] if "model baseline" in g["reason"]]
     assert [(g["start"], g["end"]) for g in model_gaps] == [("2026-03-08T05:00:00Z", "2026-03-08T11:00:00Z")]
     assert f"covers {yesterday.astimezone(UTC):%Y-%m-%dT%H:%MZ}" in model_gaps[0]["reason"]
+    # The REST edge answers the same (one service, two edges).
+    token = dev_issuer.mint_token(subject=SUBJECT, client_id=CLIENT, scopes=["api.read"],
+                                  audience=settings.TJWATER_API_AUDIENCE, ttl_s=600)  # fmt: skip
+    answer = httpx2.get(
+        f"{server.url}/api/v1/projects/{SLUG}/timeseries/element-history",
+        params={"elements": json.dumps(element), "start": march.isoformat(),
+                "end": (march + timedelta(hours=6)).isoformat(), "mode": "realtime_comparison", "limit": "50"},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data_gaps"] == march_history["data_gaps"]
