@@ -245,3 +245,20 @@ def test_the_command_dry_run_json_and_refusals(net1: Project, tmp_path: Path) ->
         call_command("import_scada", str(bad), "--project", net1.slug)
     with pytest.raises(ScadaImportError, match="not an IANA time zone"):
         import_scada(project=net1, path=path, timezone="Mars/Olympus")
+
+
+def test_the_progress_bar_shows_rows_rate_and_rejects(monkeypatch: pytest.MonkeyPatch) -> None:
+    from queries.management.commands import import_scada as command
+
+    clock = iter([0.0, 2.0, 2.1, 4.0])
+    monkeypatch.setattr(command.time, "monotonic", lambda: next(clock))
+    out = StringIO()
+    bar = command.ProgressBar(out, enabled=True)
+    bar(1_000_000, 3)  # 2 s after the start: drawn
+    bar(1_100_000, 3)  # 0.1 s later: not redrawn
+    bar(2_000_000, 4)
+    bar.done()
+    assert out.getvalue() == (
+        "\r     1,000,000 samples     500,000/s       3 rejected "
+        "\r     2,000,000 samples     500,000/s       4 rejected \n"
+    )
