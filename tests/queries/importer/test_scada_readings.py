@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 from pathlib import Path
@@ -15,8 +21,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 
 from contexts.models import Project
 from queries.importer import scada_readings
@@ -24,6 +32,7 @@ from queries.importer.epanet import import_network, wntr_network_path
 from queries.importer.scada_devices import ScadaImportError, import_scada_devices
 from queries.importer.scada_readings import RejectedFile, import_scada
 from queries.models import Job, ScadaReading
+from tests.conftest import ROOT, subprocess_database_url
 
 PSI = 0.7030695796391595  # m of water head per psi
 GPM = 6.30901964e-05  # m³/s per US gallon per minute
@@ -262,3 +271,70 @@ def test_the_progress_bar_shows_rows_rate_and_rejects(monkeypatch: pytest.Monkey
         "\r     1,000,000 samples     500,000/s       3 rejected "
         "\r     2,000,000 samples     500,000/s       4 rejected \n"
     )
+
+
+# --- killed mid-way: a real process, SIGKILLed while its transaction is open --------------------------
+
+
+@pytest.fixture
+def committed_net1(django_db_setup: None, django_db_blocker: Any, tmp_path: Path) -> Iterator[Project]:
+    with django_db_blocker.unblock():
+        Project.objects.filter(slug="scada-kill").delete()
+        project = Project.objects.create(slug="scada-kill", name="Killed import")
+        import_network(project=project, inp_path=wntr_network_path("Net1.inp"), scale=30.0, baseline_hours=0)
+        (tmp_path / "devices.csv").write_text(DEVICES)
+        import_scada_devices(project=project, path=tmp_path / "devices.csv")
+    yield project
+    with django_db_blocker.unblock():
+        Project.objects.filter(pk=project.pk).delete()
+
+
+def test_an_import_killed_mid_way_leaves_the_old_readings(
+    committed_net1: Project, django_db_blocker: Any, tmp_path: Path
+) -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    old = tmp_path / "old.csv"
+    old.write_text("time,PT-1,PT-2\n" + "".join(f"{(start + timedelta(minutes=5 * i)).isoformat()},50,51\n"
+                                                   for i in range(288)))  # fmt: skip
+    with django_db_blocker.unblock():
+        import_scada(project=committed_net1, path=old)
+        before = rows(committed_net1, "PT-1")
+    big = tmp_path / "big.csv.gz"
+    with gzip.open(big, "wt", compresslevel=1) as fh:  # 120 days of 3 devices: long enough to be caught
+        fh.write("time,PT-1,PT-2,FT-1\n")
+        for i in range(120 * 288):
+            fh.write(
+                f"{(start + timedelta(minutes=5 * i)).isoformat()},{psi_wave(i)},{psi_wave(i + 1)},{900 + i % 5}\n"
+            )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
+    child = subprocess.Popen(
+        [sys.executable, "manage.py", "import_scada", str(big), "--project", committed_net1.slug],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    db = settings.DATABASES["default"]["NAME"]
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        deadline = time.monotonic() + 120
+        seen = ""
+        while not seen.startswith(("CREATE TEMP TABLE tjw_slots", "SELECT coalesce", "COPY tjw_final")):
+            assert child.poll() is None and time.monotonic() < deadline, "the import ended before it was caught"
+            cursor.execute(
+                "SELECT query FROM pg_stat_activity WHERE datname = %s AND query LIKE %s "
+                "AND state IN ('active', 'idle in transaction') AND pid <> pg_backend_pid()",
+                [db, "%tjw_%"],
+            )
+            found = cursor.fetchone()
+            seen = found[0].strip() if found else ""
+            time.sleep(0.05)
+        os.kill(child.pid, signal.SIGKILL)  # mid-way: staged, part cleaned, nothing merged yet
+        child.wait(timeout=30)
+        while True:  # the server notices the lost client and rolls the transaction back
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query LIKE %s "
+                "AND pid <> pg_backend_pid()",
+                [db, "%tjw_%"],
+            )
+            if cursor.fetchone()[0] == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert rows(committed_net1, "PT-1") == before
+        assert not ScadaReading.objects.filter(device__project=committed_net1, device__device_id="FT-1").exists()
