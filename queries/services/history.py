@@ -17,6 +17,11 @@ element id (C collation), every series in time order — and a global LIMIT/OFFS
 more than the page to tell ``has_more`` (``total`` is null: the union is not counted). Reading the
 pages in turn yields exactly the concatenation of the series in that order.
 
+Missing model data is never silently absent: in ``realtime_comparison`` the parts of the window the
+model baseline does not cover are data gaps naming the range it does cover (one extra query: the
+instants in the window and the baseline's first and last instant); in ``analysis_comparison`` the parts
+outside the run's series likewise.
+
 Input: ``elements`` = 1–20 ``{element_type, element_id}`` of the bound project (a missing one is "not
 found"), a window of at most 24 h with timezones, ``[start, end)``.
 """

@@ -359,3 +359,14 @@ def test_model_gaps_name_the_uncovered_part_and_the_covered_range(project: Proje
     assert [(g.start, g.end) for g in later.data_gaps if "model baseline" in g.reason] == [
         (day + timedelta(days=1), day + timedelta(days=1, hours=2))
     ]
+
+
+def test_an_analysis_run_not_covering_the_window_reports_the_uncovered_parts() -> None:
+    first, last = datetime(2026, 11, 1, 8, tzinfo=UTC), datetime(2026, 11, 1, 10, tzinfo=UTC)
+    gaps = history._run_gaps(first - timedelta(hours=1), last + timedelta(hours=2), first, last)
+    assert [(g.start, g.end) for g in gaps] == [(first - timedelta(hours=1), first), (last, last + timedelta(hours=2))]
+    assert gaps[0].reason == (
+        "No analysis run values from 2026-11-01T07:00Z to 2026-11-01T08:00Z: the analysis run's series cover "
+        "2026-11-01T08:00Z to 2026-11-01T10:00Z only."
+    )
+    assert history._run_gaps(first, last, first, last) == []
