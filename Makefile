@@ -31,3 +31,15 @@ resilience:
 # The product's own benchmark (production settings, the devtools provider as issuer); not part of `make test`.
 bench: setup
 	.venv/bin/python scripts/bench.py
+
+.PHONY: bench-scada
+# The SCADA import at historian scale (issue 21): 200 devices × 1 year × 5 min ≈ 21 M values, peak RSS, the
+# re-import, query_scada_readings at its maximum; its own database. Figures: var/bench/scada.json.
+bench-scada:
+	.venv/bin/python scripts/bench_scada.py $(BENCH_SCADA_ARGS)
+
+.PHONY: bench-baseline
+# The model baseline of a month (issue 21): ky4 × 744 h every 15 min, wall time and peak RSS; its own
+# database. Figures: var/bench/baseline.json.
+bench-baseline:
+	.venv/bin/python scripts/bench_baseline.py $(BENCH_BASELINE_ARGS)

@@ -14,9 +14,12 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
 from queries import models as m
+from queries.admin_chart import device_chart_svg
 
 
 class EstimatedCountPaginator(Paginator):
@@ -120,9 +123,42 @@ class NetworkSchemaAdmin(ReadOnlyAdmin):
 
 @admin.register(m.ScadaDevice)
 class ScadaDeviceAdmin(ReadOnlyAdmin):
-    list_display = ("device_id", "project", "name", "quantity", "unit", "element_type", "element_id")
+    list_display = ("device_id", "project", "name", "quantity", "unit", "native_unit", "element_type", "element_id")
     list_filter = ("project", "quantity")
     search_fields = ("=device_id", "name")
+    readonly_fields = ("readings_against_the_model",)
+
+    @admin.display(description="Last 24 h: readings against the model baseline")
+    def readings_against_the_model(self, obj: m.ScadaDevice) -> str:
+        return mark_safe(device_chart_svg(obj))  # noqa: S308 - built by device_chart_svg, every text escaped
+
+
+@admin.register(m.NetworkSource)
+class NetworkSourceAdmin(ReadOnlyAdmin):
+    list_display = ("project", "file_name", "imported_at")
+    exclude = ("inp_text",)
+
+
+@admin.register(m.Job)
+class JobAdmin(ReadOnlyAdmin):
+    """Import and simulation jobs per project: what, status, rows, rejects, how long, who — and, for a
+    failed job, why (``message``)."""
+
+    list_display = ("created_at", "project", "kind", "subject", "status", "rows", "rejects", "duration",
+                    "started_by", "message")  # fmt: skip
+    list_filter = ("project", "kind", "status")
+    search_fields = ("subject", "task_id")
+    list_select_related = ("project",)
+    readonly_fields = ("first_rejects",)
+
+    @admin.display(description="duration")
+    def duration(self, obj: m.Job) -> str:
+        seconds = obj.duration_s
+        return "—" if seconds is None else f"{seconds:.1f} s"
+
+    @admin.display(description="first rejected lines")
+    def first_rejects(self, obj: m.Job) -> str:
+        return format_html("<pre>{}</pre>", "\n".join(obj.reject_lines) or "none")
 
 
 @admin.register(m.ScadaReading)

@@ -191,6 +191,11 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 60.0,
     },
 }
+# The rolling model baseline (issue 21): every project's baseline covers [now − PAST_DAYS, now + 1 day],
+# what is missing simulated every STEP seconds' grid, hourly, one project at a time.
+TJWATER_BASELINE_PAST_DAYS = env.int("TJWATER_BASELINE_PAST_DAYS", default=7)
+TJWATER_BASELINE_STEP_S = env.int("TJWATER_BASELINE_STEP_S", default=900)
+CELERY_BEAT_SCHEDULE["queries-rolling-baseline"] = {"task": "queries.rolling_baseline", "schedule": crontab(minute=7)}
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
 TJWATER_MCP_ENABLED = env.bool("TJWATER_MCP_ENABLED", default=False)

@@ -260,6 +260,7 @@ def write_scada(
             name=s.name,
             quantity=s.quantity,
             unit=s.unit,
+            native_unit=s.unit,
             element_type=s.element_type,
             element_id=s.element_id,
             location=f"SRID=4326;POINT({s.lon!r} {s.lat!r})",

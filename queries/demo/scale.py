@@ -186,9 +186,9 @@ def _copy_tile(cur: Any, project_id: int, dst: str) -> None:
         [project_id, dst],
     )
     cur.execute(
-        f'INSERT INTO "{ScadaDevice._meta.db_table}" (project_id, device_id, name, quantity, unit, '  # noqa: S608
+        f'INSERT INTO "{ScadaDevice._meta.db_table}" (project_id, device_id, name, quantity, unit, native_unit, '  # noqa: S608
         "element_type, element_id, location, sample_interval_s, accuracy) "
-        "SELECT %s, %s || t.did, t.name, t.quantity, t.unit, t.element_type, %s || t.eid, "
+        "SELECT %s, %s || t.did, t.name, t.quantity, t.unit, t.unit, t.element_type, %s || t.eid, "
         "COALESCE(j.geom, tk.geom, ST_LineInterpolatePoint(p.geom, 0.5)), t.sample_interval_s, t.accuracy "
         "FROM tile_device t "
         "LEFT JOIN queries_junction j ON t.element_type = 'junction' AND j.project_id = %s "

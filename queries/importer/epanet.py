@@ -42,6 +42,7 @@ from queries.models import (
     LinkBaseline,
     NetworkOptions,
     NetworkSchema,
+    NetworkSource,
     NodeBaseline,
     Pattern,
     Pipe,
@@ -50,10 +51,12 @@ from queries.models import (
     Tank,
     Valve,
 )
+from queries.timezones import project_zone
 
 logger = logging.getLogger(__name__)
 
-#: Fixed origin of simulated time, so imports and the demo are deterministic.
+#: Fixed origin of the demo's simulated time, so the demo is deterministic (imports default to the
+#: project's current local day instead, ``local_day_start``).
 BASELINE_START = datetime(2026, 11, 1, tzinfo=UTC)
 DEFAULT_CENTER = (117.2, 39.1)
 
@@ -686,8 +689,15 @@ def network_facts(wn: WaterNetworkModel) -> dict[str, str]:
 
 def delete_network(project_id: int) -> None:
     """Delete a project's network, options, schemas and baseline (single DELETEs, no cascades)."""
-    for model in (NodeBaseline, LinkBaseline, *NETWORK_MODELS):
+    for model in (NodeBaseline, LinkBaseline, NetworkSource, *NETWORK_MODELS):
         model.objects.filter(project_id=project_id).delete()
+
+
+def local_day_start(project: Project, now: datetime | None = None) -> datetime:
+    """Midnight of the project's current local day (in its time zone), as an aware datetime."""
+    zone = project_zone(project)
+    local = (now or datetime.now(UTC)).astimezone(zone)
+    return datetime(local.year, local.month, local.day, tzinfo=zone)
 
 
 def import_network(
@@ -699,15 +709,19 @@ def import_network(
     crs: str | None = None,
     baseline_hours: float = 24.0,
     step_minutes: int = 15,
-    start: datetime = BASELINE_START,
+    start: datetime | None = None,
 ) -> ImportSummary:
     """Import ``inp_path`` as ``project``'s network, replacing the old one atomically.
 
     With ``crs`` the coordinates are in that CRS and transformed exactly; without it ``center``/``scale``
     place a schematic drawing (``scale`` metres per drawn unit). ``baseline_hours=0`` skips the
     simulation (no baseline). Everything that can be checked before writing is checked first (the file,
-    the CRS, the connectivity), so a refused file never touches the database.
+    the CRS, the connectivity), so a refused file never touches the database. The baseline starts at
+    ``start``, by default the project's current local day (``local_day_start``), with patterns on the
+    local clock. The .inp text is kept (``NetworkSource``) so any other window can be simulated later
+    (``simulate_baseline``).
     """
+    start = start or local_day_start(project)
     t0 = _time.monotonic()
     wn = read_inp(inp_path)
     check_connected(wn)
@@ -723,7 +737,15 @@ def import_network(
             delete_network(project.pk)
             Project.objects.filter(pk=project.pk).update(**network_facts(wn))
             summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
+            NetworkSource.objects.update_or_create(
+                project_id=project.pk,
+                defaults={"file_name": inp_path.name[:255], "inp_text": inp_path.read_text(errors="replace")},
+            )
             if baseline_hours > 0:
+                local = start.astimezone(project_zone(project))
+                wn.options.time.pattern_start = wn.options.time.start_clocktime = (
+                    local.hour * 3600 + local.minute * 60 + local.second
+                )
                 results = simulate(wn, hours=baseline_hours, step_minutes=step_minutes)
                 summary.counts.update(write_baseline(project_id=project.pk, wn=wn, results=results, start=start))
                 summary.baseline_steps = len(results.node["pressure"].index)

@@ -12,8 +12,9 @@ from queries.models.analysis import (
     AnalysisRun,
     RunStatus,
 )
-from queries.models.baseline import LinkBaseline, NodeBaseline
+from queries.models.baseline import LinkBaseline, NetworkSource, NodeBaseline
 from queries.models.gis import ElementGisProperties, GisFeature, GisLayer
+from queries.models.jobs import Job, JobKind, JobStatus
 from queries.models.network import (
     ELEMENT_MODELS,
     ELEMENT_TYPES,
@@ -50,10 +51,14 @@ __all__ = [
     "ElementGisProperties",
     "GisFeature",
     "GisLayer",
+    "Job",
+    "JobKind",
+    "JobStatus",
     "Junction",
     "LinkBaseline",
     "LinkStatus",
     "NetworkOptions",
+    "NetworkSource",
     "NetworkSchema",
     "NodeBaseline",
     "Observation",

@@ -93,3 +93,17 @@ class LinkBaseline(LinkValues):
                 include=["element_id", "flow", "velocity", "headloss", "status", "setting"],
             )
         ]
+
+
+class NetworkSource(models.Model):
+    """The EPANET .inp text a project's network was imported from, kept so the model baseline can be
+    simulated again for any window (``simulate_baseline``, the rolling baseline) with the same network
+    WNTR read at import. Replaced with the network (one row per project)."""
+
+    project = models.OneToOneField("contexts.Project", on_delete=models.CASCADE, related_name="+")
+    file_name = models.CharField(max_length=255)
+    inp_text = models.TextField()
+    imported_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.project_id}: {self.file_name}"

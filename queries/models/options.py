@@ -15,6 +15,8 @@ from typing import Any
 
 from django.db import models
 
+from queries.scada_units import QUANTITY_NAMES, STORAGE_UNITS
+
 
 class OptionKind(models.TextChoices):
     HYDRAULIC = "hydraulic"
@@ -180,8 +182,9 @@ NETWORK_SCHEMAS: dict[str, dict[str, Any]] = {
         "properties": [
             _p("device_id", "string"),
             _p("name", "string"),
-            _p("quantity", "string", enum=["pressure", "flow", "level"]),
-            _p("unit", "string", enum=["m", "m3/s"]),
+            _p("quantity", "string", enum=list(QUANTITY_NAMES)),
+            _p("unit", "string", description="storage unit of the quantity", enum=sorted(set(STORAGE_UNITS.values()))),
+            _p("native_unit", "string", description="the unit the device's historian reports (converted on import)"),
             _p("element_type", "string", enum=["junction", "reservoir", "tank", "pipe", "pump", "valve"]),
             _p("element_id", "string"),
             _p("longitude", "number", "degree"),

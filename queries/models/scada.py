@@ -28,9 +28,16 @@ from django.db import models
 
 
 class Quantity(models.TextChoices):
+    """The quantities a device may measure; each has one storage unit (``queries.scada_units``)."""
+
     PRESSURE = "pressure"
     FLOW = "flow"
     LEVEL = "level"
+    PUMP_STATUS = "pump_status"
+    PUMP_SPEED = "pump_speed"
+    VALVE_POSITION = "valve_position"
+    CHLORINE = "chlorine"
+    TEMPERATURE = "temperature"
 
 
 class ReadingQuality(models.TextChoices):
@@ -41,14 +48,18 @@ class ReadingQuality(models.TextChoices):
 
 
 class ScadaDevice(models.Model):
-    """A measuring device on a real network element: pressure at a junction (m), flow in a pipe
-    (m³/s), level in a tank (m). ``location`` is where it is installed (EPSG:4326)."""
+    """A measuring device on a real network element: pressure at a junction, flow in a pipe, level in
+    a tank, a pump's status or speed, a valve's position, chlorine, temperature. ``unit`` is the storage
+    unit of its quantity (what its readings are stored and answered in, ``queries.scada_units``);
+    ``native_unit`` is what the device's historian reports (converted on import). ``location`` is where
+    it is installed (EPSG:4326). The database refuses a quantity it does not know (a CHECK)."""
 
     project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+", db_index=False)
     device_id = models.CharField(max_length=64)
     name = models.CharField(max_length=200)
     quantity = models.CharField(max_length=16, choices=Quantity.choices)
     unit = models.CharField(max_length=16)
+    native_unit = models.CharField(max_length=16, blank=True, default="")
     element_type = models.CharField(max_length=16)
     element_id = models.CharField(max_length=64)
     location = gis.PointField(srid=4326)
@@ -57,7 +68,10 @@ class ScadaDevice(models.Model):
 
     class Meta:
         ordering = ["project_id", "device_id"]
-        constraints = [models.UniqueConstraint(fields=["project", "device_id"], name="scadadevice_project_device_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "device_id"], name="scadadevice_project_device_uniq"),
+            models.CheckConstraint(condition=models.Q(quantity__in=Quantity.values), name="scadadevice_quantity_known"),
+        ]
 
     def __str__(self) -> str:
         return self.device_id

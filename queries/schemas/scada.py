@@ -16,17 +16,24 @@ from pydantic import BaseModel, Field
 from queries.schemas.common import DataGap, Page, ResultEnvelope
 
 ReadingField = Literal["monitored_value", "cleaned_value"]
+#: Every quantity the database accepts (its CHECK constraint and ``queries.scada_units.QUANTITIES``; a test
+#: keeps the three equal, so one odd device can never make a device list fail validation).
+QuantityName = Literal[
+    "pressure", "flow", "level", "pump_status", "pump_speed", "valve_position", "chlorine", "temperature"
+]
 QualityFlag = Literal["good", "spike", "stuck", "gap"]
 
 
 class ScadaDeviceData(BaseModel):
-    """One measuring device: what it measures (quantity, unit), on which network element, where it is
-    installed (EPSG:4326), how often it reports and its standard uncertainty (in the device unit)."""
+    """One measuring device: what it measures (quantity; ``unit`` = the storage unit its readings are
+    given in, ``native_unit`` = what its historian reports), on which network element, where it is
+    installed (EPSG:4326), how often it reports and its standard uncertainty (in the storage unit)."""
 
     device_id: str
     name: str
-    quantity: Literal["pressure", "flow", "level"]
+    quantity: QuantityName
     unit: str
+    native_unit: str
     element_type: str
     element_id: str
     longitude: float | None

@@ -17,6 +17,11 @@ element id (C collation), every series in time order — and a global LIMIT/OFFS
 more than the page to tell ``has_more`` (``total`` is null: the union is not counted). Reading the
 pages in turn yields exactly the concatenation of the series in that order.
 
+Missing model data is never silently absent: in ``realtime_comparison`` the parts of the window the
+model baseline does not cover are data gaps naming the range it does cover (one extra query: the
+instants in the window and the baseline's first and last instant); in ``analysis_comparison`` the parts
+outside the run's series likewise.
+
 Input: ``elements`` = 1–20 ``{element_type, element_id}`` of the bound project (a missing one is "not
 found"), a window of at most 24 h with timezones, ``[start, end)``.
 """
@@ -46,6 +51,7 @@ from queries.models import (
     ScadaReading,
 )
 from queries.plan import Plan, service
+from queries.scada_units import STORAGE_UNITS
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
 from queries.services.analysis import require_series, series_span
@@ -57,7 +63,9 @@ MAX_DEVICES = 100  # devices on the requested elements (a handful each at most, 
 DEFAULT_POINTS = 50
 MAX_POINTS = 500
 MODES = ("observed", "realtime_comparison", "analysis_comparison")
-UNITS = {"pressure": "m", "flow": "m3/s", "level": "m"}
+MAX_COVERAGE_ROWS = 1443  # instants of 24 h at the smallest baseline step (60 s) + first + last
+BASELINE_STEP = timedelta(minutes=15)  # the step assumed when a window holds fewer than two instants
+UNITS = dict(STORAGE_UNITS)  # every quantity's storage unit; the model fields pressure (m), flow (m3/s) among them
 C = "C"  # byte-order collation: the same order on every database, whatever its default collation
 
 # The union's columns, identical in every branch (names and order): the first six are the sort key.
@@ -167,6 +175,74 @@ def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> QuerySet[Any
     return (first.union(*rest, all=True) if rest else first)[: MAX_ELEMENTS + 1]
 
 
+def _baseline_coverage(scope: QueryScope, keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
+    """One statement: the baseline instants of the requested elements in ``[start, end)`` (elements of
+    one simulation share instants) and the first and last instant of the project's baseline (the
+    covered range a gap names), each an index range read or probe."""
+    model = NodeBaseline if keys[0].element_type in NODE_TYPES else LinkBaseline
+    same = [k for k in keys if (k.element_type in NODE_TYPES) == (model is NodeBaseline)]
+    base = model.objects.filter(project_id=scope.project_id)
+    inside = (
+        base.filter(_pairs(same), time__gte=start, time__lt=end)
+        .annotate(c_kind=_int(0))
+        .order_by()
+        .values("c_kind", "time")
+        .distinct()
+    )
+    first = base.annotate(c_kind=_int(1)).order_by("time").values("c_kind", "time")[:1]
+    last = base.annotate(c_kind=_int(2)).order_by("-time").values("c_kind", "time")[:1]
+    # Bounded (R-PAGE-1): a 24 h window holds at most 1441 instants at the smallest step (60 s).
+    return inside.union(first, last, all=True)[:MAX_COVERAGE_ROWS]
+
+
+def model_gaps(
+    instants: Sequence[datetime],
+    start: datetime,
+    end: datetime,
+    *,
+    step: timedelta,
+    what: str,
+    covered: tuple[datetime, datetime] | None,
+) -> list[DataGap]:
+    """The parts of ``[start, end)`` a stepped model series (an instant holds until the next step) does
+    not cover, each a gap naming the range the series does cover — missing model data is reported,
+    never silently absent."""
+    span = (
+        f"{what} covers {covered[0]:%Y-%m-%dT%H:%MZ} to {covered[1]:%Y-%m-%dT%H:%MZ}"
+        if covered
+        else f"there is no {what} at all"
+    )
+    holes: list[tuple[datetime, datetime]] = []
+    cursor = start
+    for t in sorted(instants):
+        if t > cursor:
+            holes.append((cursor, t))
+        cursor = max(cursor, t + step)
+    if cursor < end:
+        holes.append((cursor, end))
+    return [
+        DataGap(start=a, end=b, reason=f"No {what} from {a:%Y-%m-%dT%H:%MZ} to {b:%Y-%m-%dT%H:%MZ}: the {span}.")
+        for a, b in holes
+    ]
+
+
+def _run_gaps(start: datetime, end: datetime, first: datetime, last: datetime) -> list[DataGap]:
+    """The parts of ``[start, end)`` outside an analysis run's series ``[first, last]``."""
+    what = f"analysis run's series cover {first:%Y-%m-%dT%H:%MZ} to {last:%Y-%m-%dT%H:%MZ} only"
+    parts = [(start, min(first, end))] if start < first else []
+    if end > last:
+        parts.append((max(last, start), end))
+    return [
+        DataGap(
+            start=a,
+            end=b,
+            reason=f"No analysis run values from {a:%Y-%m-%dT%H:%MZ} to {b:%Y-%m-%dT%H:%MZ}: the {what}.",
+        )
+        for a, b in parts
+        if b > a
+    ]
+
+
 def _measured_gaps(points: Sequence[HistoryPoint], interval_s: dict[str, int]) -> list[DataGap]:
     """Runs of slots in this page where a device sent nothing (measured value null): reported, never
     filled. ``end`` is exclusive (the slot after the last missing one)."""
@@ -258,6 +334,10 @@ def query_element_history(
         if links:
             branches.append(_model_branch(link_base, links, start, end))
 
+    coverage: list[dict[str, Any]] = []
+    if mode == "realtime_comparison":
+        coverage = yield _baseline_coverage(scope, elements, start, end)
+
     rows: list[dict[str, Any]] = []
     if branches:
         first, *rest = branches
@@ -289,15 +369,18 @@ def query_element_history(
         if not any(d["element_type"] == k.element_type and d["element_id"] == k.element_id for d in devices)
     ]
     gaps += _measured_gaps(points, {d["device_id"]: d["sample_interval_s"] for d in devices})
+    if mode == "realtime_comparison":
+        inside = [c["time"] for c in coverage if c["c_kind"] == 0]
+        ends = {c["c_kind"]: c["time"] for c in coverage if c["c_kind"] != 0}
+        steps = [b - a for a, b in zip(sorted(inside), sorted(inside)[1:], strict=False)]
+        gaps += model_gaps(
+            inside, start, end, step=min(steps, default=BASELINE_STEP), what="model baseline",
+            covered=(ends[1], ends[2]) if ends else None,
+        )  # fmt: skip
     if run is not None and run["first_time"] is not None and (start < run["first_time"] or end > run["last_time"]):
-        gaps.append(
-            DataGap(
-                start=start,
-                end=end,
-                reason=f"The analysis run's series cover {run['first_time']:%Y-%m-%dT%H:%MZ} to "
-                f"{run['last_time']:%Y-%m-%dT%H:%MZ} only; outside that the run has no values.",
-            )
-        )
+        # The run's series are contiguous from their first to their last instant: what lies outside is
+        # reported with the range they cover.
+        gaps += _run_gaps(start, end, run["first_time"], run["last_time"])
     truncated = has_more and page.offset + page.limit > MAX_OFFSET
     if truncated:
         gaps.append(

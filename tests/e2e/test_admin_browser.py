@@ -271,3 +271,70 @@ def test_api_docs_render_their_operations_with_debug_off(
     page.goto(f"{server.url}/admin/login/")
     assert header_style(page) == STYLED_HEADER
     assert_no_console_errors(page)
+
+
+@pytest.fixture
+def utility_with_jobs(django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, int]]:
+    """Issue 21: a project with Net1, a pressure device, a day of readings, 12 h of baseline and a failed
+    import job — committed (the server process reads them), deleted afterwards."""
+    from datetime import UTC, datetime, timedelta
+
+    from queries.importer.baseline_window import simulate_baseline_window
+    from queries.importer.epanet import import_network, wntr_network_path
+    from queries.importer.scada_devices import import_scada_devices
+    from queries.importer.scada_readings import import_scada
+    from queries.models import ScadaDevice
+    from queries.services.jobs import job_failed, job_started
+
+    tmp = tmp_path_factory.mktemp("jobs")
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        Project.objects.filter(slug="browser-jobs").delete()
+        project = Project.objects.create(slug="browser-jobs", name="Jobs in a browser")
+        import_network(project=project, inp_path=wntr_network_path("Net1.inp"), scale=30.0, baseline_hours=0)
+        (tmp / "d.csv").write_text(
+            "device_id,name,quantity,unit,element_type,element_id,x,y,sample_interval_s\n"
+            "PT-11,Pressure 11,pressure,psi,junction,11,,,900\n"
+        )
+        import_scada_devices(project=project, path=tmp / "d.csv")
+        day = datetime(2026, 4, 1, tzinfo=UTC)
+        rows = "".join(f"{(day + timedelta(minutes=15 * i)).isoformat()},{60 + i % 4}\n" for i in range(96) if i != 40)
+        (tmp / "r.csv").write_text("time,PT-11\n" + rows)
+        import_scada(project=project, path=tmp / "r.csv")
+        simulate_baseline_window(project=project, start=day, hours=12, step_s=900)
+        failed = job_started(project=project, kind="scada_import", subject="historian-bad.csv", started_by="alice")
+        why = "historian-bad.csv refused, nothing written: 3 rejected sample(s), more than --max-rejects 0."
+        job_failed(failed, why, rejects=3, reject_lines=["line 4: time: soon is not an ISO 8601 time"])
+        device = ScadaDevice.objects.get(project=project, device_id="PT-11")
+    yield {"project": project.pk, "device": device.pk, "job": failed.pk}
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        Project.objects.filter(pk=project.pk).delete()
+
+
+@pytest.mark.usefixtures("sso_users")
+def test_operator_sees_the_jobs_and_a_device_chart(
+    admin_server: ServerProcess,
+    browser: Browser,
+    members_factory: Callable[..., Members],
+    idp: IdentityProvider,
+    utility_with_jobs: dict[str, int],
+) -> None:
+    members_factory(idp.issuer, {ALICE_SUB: [Permission.WEBGIS_VIEW.value]})
+    page = browser.new_page()
+    open_admin_and_sign_in(page, admin_server, "alice")
+    page.goto(f"{admin_server.url}/admin/queries/job/?project__id__exact={utility_with_jobs['project']}")
+    listing = page.text("#result_list")
+    assert "historian-bad.csv refused, nothing written" in listing and "SCADA readings import" in listing
+    page.screenshot("operator_sees_the_jobs_list")
+    page.goto(f"{admin_server.url}/admin/queries/job/{utility_with_jobs['job']}/change/")
+    assert "line 4: time: soon is not an ISO 8601 time" in page.text("#content")
+    page.goto(f"{admin_server.url}/admin/queries/scadadevice/{utility_with_jobs['device']}/change/")
+    page.wait_for("svg.tjw-device-chart")
+    drawn = page.evaluate(
+        "(() => { const s = document.querySelector('svg.tjw-device-chart');"
+        " return {measured: s.querySelectorAll('polyline.tjw-measured').length,"
+        " model: s.querySelectorAll('polyline.tjw-model-baseline').length,"
+        " width: s.getBoundingClientRect().width}; })()"
+    )
+    assert drawn == {"measured": 2, "model": 1, "width": 760}  # the missing slot breaks the measured line
+    assert_no_console_errors(page)  # nothing blocked by the CSP: no script, no inline style
+    page.screenshot("operator_sees_a_device_chart")

@@ -33,7 +33,18 @@ def superuser_client(db: None) -> Client:
     return client
 
 
-@pytest.mark.usefixtures("demo_loaded")
+@pytest.fixture
+def job_rows(demo_loaded: None, db: None) -> None:
+    """A job and a kept .inp for the demo project (the demo seeds neither; rolled back with the test)."""
+    from contexts.models import Project
+    from queries.models import Job, NetworkSource
+
+    project = Project.objects.get(slug="tianjin-demo")
+    NetworkSource.objects.create(project=project, file_name="Net6.inp", inp_text="[TITLE]\n[END]\n")
+    Job.objects.create(project=project, kind="scada_import", subject="historian.csv", status="succeeded", rows=1)
+
+
+@pytest.mark.usefixtures("demo_loaded", "job_rows")
 @pytest.mark.parametrize(("model", "model_admin"), QUERIES_ADMINS, ids=[m._meta.model_name for m, _ in QUERIES_ADMINS])
 def test_superuser_can_browse_but_not_edit(
     superuser_client: Client, model: type[models.Model], model_admin: admin.ModelAdmin
@@ -54,3 +65,49 @@ def test_superuser_can_browse_but_not_edit(
     deleted = superuser_client.post(reverse(f"{url}_delete", args=[obj.pk]), {"post": "yes"})
     assert deleted.status_code == 403
     assert model.objects.filter(pk=obj.pk).exists()
+
+
+# --- issue 21: jobs per project, a device's readings against the baseline ----------------------------
+
+
+def test_jobs_list_and_a_device_chart(superuser_client: Client, project: object, tmp_path: object) -> None:
+    from datetime import UTC, datetime, timedelta
+    from pathlib import Path
+
+    from queries.importer.baseline_window import simulate_baseline_window
+    from queries.importer.epanet import import_network, wntr_network_path
+    from queries.importer.scada_devices import import_scada_devices
+    from queries.importer.scada_readings import import_scada
+    from queries.models import Job, ScadaDevice
+    from queries.services.jobs import job_failed, job_started
+
+    tmp = Path(str(tmp_path))
+    import_network(project=project, inp_path=wntr_network_path("Net1.inp"), scale=30.0, baseline_hours=0)
+    (tmp / "d.csv").write_text(
+        "device_id,name,quantity,unit,element_type,element_id,x,y,sample_interval_s\n"
+        "PT-11,Pressure 11,pressure,psi,junction,11,,,900\n"
+    )
+    import_scada_devices(project=project, path=tmp / "d.csv")
+    day = datetime(2026, 4, 1, tzinfo=UTC)
+    rows = "".join(f"{(day + timedelta(minutes=15 * i)).isoformat()},{60 + i % 4}\n" for i in range(96) if i != 40)
+    (tmp / "r.csv").write_text("time,PT-11\n" + rows)
+    import_scada(project=project, path=tmp / "r.csv")
+    simulate_baseline_window(project=project, start=day, hours=12, step_s=900)
+    failed = job_started(project=project, kind="scada_import", subject="bad.csv", started_by="alice")
+    job_failed(failed, "bad.csv refused, nothing written: 3 rejected sample(s), more than --max-rejects 0.",
+               rejects=3, reject_lines=["line 4: time: x is not an ISO 8601 time"])  # fmt: skip
+
+    listing = superuser_client.get(reverse("admin:queries_job_changelist") + f"?project__id__exact={project.pk}")
+    body = listing.content.decode()
+    assert listing.status_code == 200 and "bad.csv refused, nothing written" in body and "alice" in body
+    detail = superuser_client.get(reverse("admin:queries_job_change", args=[failed.pk])).content.decode()
+    assert "line 4: time: x is not an ISO 8601 time" in detail
+    assert Job.objects.filter(project=project).count() == 1  # jobs are recorded by the commands and tasks
+
+    device = ScadaDevice.objects.get(project=project, device_id="PT-11")
+    page = superuser_client.get(reverse("admin:queries_scadadevice_change", args=[device.pk])).content.decode()
+    chart = page.index('class="tjw-device-chart"')
+    svg = page[chart : page.index("</svg>", chart)]
+    assert 'class="tjw-cleaned"' in svg and 'class="tjw-model-baseline"' in svg
+    assert svg.count('class="tjw-measured"') == 2  # the missing slot breaks the line, never bridged
+    assert "<script" not in svg and "style=" not in svg  # allowed by the admin's strict CSP

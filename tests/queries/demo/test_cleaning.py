@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from queries.demo.cleaning import GAP, GOOD, SPIKE, STUCK, clean_series
+from queries.demo.cleaning import GAP, GOOD, QUALITY_NAMES, SPIKE, STUCK, clean_array, clean_series
 
 
 def _smooth(n: int = 60) -> list[float | None]:
@@ -51,3 +51,20 @@ def test_a_short_repeat_is_not_stuck() -> None:
     values[21] = values[20]
     _, quality = clean_series(values, min_threshold=1.0, stuck_run=6)
     assert STUCK not in quality
+
+
+def test_the_vectorised_cleaning_gives_the_same_flags_and_values() -> None:
+    """``clean_array`` (the importer's) and ``clean_series`` (the demo's) agree on random damaged series."""
+    rng = np.random.default_rng(21)
+    for _ in range(200):
+        n = int(rng.integers(0, 300))
+        v = np.round(rng.normal(50, 1, n), 1)
+        v[rng.random(n) < 0.05] = np.nan
+        v[rng.random(n) < 0.02] += 30
+        a = int(rng.integers(0, max(1, n - 10)))
+        v[a : a + int(rng.integers(3, 10))] = v[a] if n else 0
+        listed = [None if np.isnan(x) else float(x) for x in v]
+        cleaned, quality = clean_series(listed, min_threshold=2.0)
+        c2, codes = clean_array(v, min_threshold=2.0)
+        assert [QUALITY_NAMES[c] for c in codes] == quality
+        assert [None if np.isnan(x) else float(x) for x in c2] == cleaned

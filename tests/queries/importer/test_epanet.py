@@ -167,7 +167,7 @@ def test_ky4_pipe_lengths_match_geodesic_length_of_geometry(project: Project) ->
 def test_baseline_is_the_wntr_simulation(project: Project) -> None:
     path = wntr_network_path("Net3.inp")
     summary = import_network(project=project, inp_path=path, center=(117.4, 39.0), scale=20.0, baseline_hours=6,
-                             step_minutes=30)  # fmt: skip
+                             step_minutes=30, start=BASELINE_START)  # fmt: skip
     wn = wntr.network.WaterNetworkModel(str(path))
     assert summary.baseline_steps == 13
     assert NodeBaseline.objects.filter(project=project).count() == wn.num_nodes * 13

@@ -299,7 +299,7 @@ def test_pinned_query_counts_and_one_union_statement(django_assert_num_queries) 
         history.query_element_history(scope=scope, elements=elements, mode="observed", **window)
     with CaptureQueriesContext(connection) as captured:
         history.query_element_history(scope=scope, elements=elements, mode="realtime_comparison", **window)
-    assert len(captured.captured_queries) == 3
+    assert len(captured.captured_queries) == 4  # elements, devices, the model coverage, the page
     page_sql = captured.captured_queries[-1]["sql"]
     assert page_sql.count("UNION ALL") == 3 and page_sql.endswith("LIMIT 51")  # one extra row for has_more
     with django_assert_num_queries(4):
@@ -310,3 +310,63 @@ def test_pinned_query_counts_and_one_union_statement(django_assert_num_queries) 
         history.query_element_history(
             scope=scope, elements=elements, mode="analysis_comparison", run_id="whatif-20261101-1100", **window
         )
+
+
+# --- missing model data is reported, never silently absent (issue 21) ---------------------------------
+
+
+def test_model_gaps_name_the_uncovered_part_and_the_covered_range(project: Project, tmp_path: Any) -> None:
+    from queries.importer.baseline_window import simulate_baseline_window
+    from queries.importer.epanet import import_network, wntr_network_path
+    from queries.importer.scada_devices import import_scada_devices
+    from queries.importer.scada_readings import import_scada
+
+    import_network(project=project, inp_path=wntr_network_path("Net1.inp"), scale=30.0, baseline_hours=0)
+    devices = tmp_path / "devices.csv"
+    devices.write_text(
+        "device_id,name,quantity,unit,element_type,element_id,x,y,sample_interval_s\n"
+        "PT-11,Pressure 11,pressure,psi,junction,11,,,900\n"
+    )
+    import_scada_devices(project=project, path=devices)
+    readings = tmp_path / "readings.csv"
+    day = datetime(2026, 4, 1, tzinfo=UTC)
+    readings.write_text(
+        "time,PT-11\n" + "".join(f"{iso(day + timedelta(minutes=15 * i))},{50 + i % 3}\n" for i in range(24))
+    )
+    import_scada(project=project, path=readings)
+    simulate_baseline_window(project=project, start=day, hours=3, step_s=900)
+    scope = service_scope(project, ["scada.view", "simulation.view"])
+    key = [ElementKey(element_type="junction", element_id="11")]
+    page = PageRequest(limit=500, max_limit=500)
+    result = history.query_element_history(
+        scope=scope, elements=key, start=day, end=day + timedelta(hours=6), mode="realtime_comparison", page=page
+    )
+    model = [p for p in result.data.items if p.origin == "model_baseline"]
+    assert len(model) == 13 and model[-1].time == day + timedelta(hours=3)
+    assert [(g.start, g.end, g.reason) for g in result.data_gaps] == [
+        (
+            day + timedelta(hours=3, minutes=15),  # the 03:00 instant holds until 03:15
+            day + timedelta(hours=6),
+            "No model baseline from 2026-04-01T03:15Z to 2026-04-01T06:00Z: the model baseline covers "
+            "2026-04-01T00:00Z to 2026-04-01T03:00Z.",
+        )
+    ]
+    later = history.query_element_history(
+        scope=scope, elements=key, start=day + timedelta(days=1), end=day + timedelta(days=1, hours=2),
+        mode="realtime_comparison", page=page,
+    )  # fmt: skip
+    assert not [p for p in later.data.items if p.origin == "model_baseline"]
+    assert [(g.start, g.end) for g in later.data_gaps if "model baseline" in g.reason] == [
+        (day + timedelta(days=1), day + timedelta(days=1, hours=2))
+    ]
+
+
+def test_an_analysis_run_not_covering_the_window_reports_the_uncovered_parts() -> None:
+    first, last = datetime(2026, 11, 1, 8, tzinfo=UTC), datetime(2026, 11, 1, 10, tzinfo=UTC)
+    gaps = history._run_gaps(first - timedelta(hours=1), last + timedelta(hours=2), first, last)
+    assert [(g.start, g.end) for g in gaps] == [(first - timedelta(hours=1), first), (last, last + timedelta(hours=2))]
+    assert gaps[0].reason == (
+        "No analysis run values from 2026-11-01T07:00Z to 2026-11-01T08:00Z: the analysis run's series cover "
+        "2026-11-01T08:00Z to 2026-11-01T10:00Z only."
+    )
+    assert history._run_gaps(first, last, first, last) == []

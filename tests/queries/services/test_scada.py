@@ -55,6 +55,7 @@ def device_rows(slug: str) -> list[dict[str, Any]]:
             "name": r["name"],
             "quantity": r["quantity"],
             "unit": r["unit"],
+            "native_unit": r["native_unit"],
             "element_type": r["element_type"],
             "element_id": r["element_id"],
             "longitude": round(r["location"].x, 7),

@@ -1,0 +1,81 @@
+"""``manage.py simulate_baseline --project SLUG --start ISO8601 --hours N [--step SECONDS] [--wait]``:
+replace a window of the project's model baseline with a fresh simulation, as a Celery task on the
+default queue (``queries.importer.baseline_window`` has the rules). ``--wait`` follows its progress;
+with no worker answering it fails within 10 s and queues nothing."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from contexts.models import Project
+from queries.models.jobs import Job, JobStatus
+from queries.services.baseline_jobs import baseline_cancel, baseline_enqueue, workers_answering
+from queries.timezones import project_zone
+
+PING_TIMEOUT_S = 5.0
+PICKUP_TIMEOUT_S = 10.0
+
+
+class Command(BaseCommand):
+    help = "Simulate the model baseline of a window (a Celery task on the default queue); --wait follows it."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="slug of an existing project")
+        parser.add_argument("--start", required=True, help="ISO 8601 start; without an offset, the project's zone")
+        parser.add_argument("--hours", type=float, required=True, help="length of the window in hours")
+        parser.add_argument("--step", type=int, default=900, help="reporting step in seconds (default 900)")
+        parser.add_argument("--wait", action="store_true", help="follow the task until it ends")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = Project.objects.filter(slug=options["project"]).first()
+        if project is None:
+            raise CommandError(f"unknown project {options['project']!r} (create it first)")
+        try:
+            start = datetime.fromisoformat(options["start"])
+        except ValueError as exc:
+            raise CommandError(f"--start {options['start']!r} is not an ISO 8601 time") from exc
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=project_zone(project))
+        if options["wait"] and not workers_answering(timeout=PING_TIMEOUT_S):
+            raise CommandError(
+                f"No Celery worker answered within {PING_TIMEOUT_S:.0f} s, so nothing was queued; start one with "
+                "`celery -A tjwater worker` and try again."
+            )
+        job = baseline_enqueue(
+            project=project, start=start, hours=options["hours"], step_s=options["step"], started_by="manage.py"
+        )
+        self.stdout.write(f"baseline job {job.pk} queued (task {job.task_id}): {job.subject}")
+        if not options["wait"]:
+            return
+        self._follow(job)
+
+    def _follow(self, job: Job) -> None:
+        t0 = time.monotonic()
+        shown = -1.0
+        while True:
+            job.refresh_from_db()
+            if job.status == JobStatus.QUEUED and time.monotonic() - t0 > PICKUP_TIMEOUT_S:
+                baseline_cancel(job)
+                Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+                    status=JobStatus.FAILED, message="No worker picked the simulation up within 10 s; it was cancelled."
+                )
+                raise CommandError(
+                    f"No Celery worker picked job {job.pk} up within {PICKUP_TIMEOUT_S:.0f} s; it was cancelled."
+                )
+            if job.progress is not None and job.progress != shown:
+                shown = job.progress
+                sys.stderr.write(f"\r  {shown * 100:5.1f} % simulated ")
+                sys.stderr.flush()
+            if job.status == JobStatus.SUCCEEDED:
+                sys.stderr.write("\n")
+                self.stdout.write(f"baseline of {job.subject} written: {job.rows} rows in {job.duration_s or 0:.1f}s")
+                return
+            if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+                sys.stderr.write("\n")
+                raise CommandError(f"baseline job {job.pk} {job.status}: {job.message}")
+            time.sleep(0.5)

@@ -1,0 +1,145 @@
+"""SCADA quantities, their storage units and the conversion of a device's native unit (pint).
+
+Every quantity has ONE storage unit: readings are stored (and answered by every tool) in it, whatever
+the device reports. A device's ``native_unit`` is what its historian sends; the importer converts with
+a linear ``stored = native * scale + offset`` whose two numbers pint computes once per (quantity, unit)
+(``conversion``, cached) — the offset is non-zero only for temperatures (°F → °C).
+
+=================  ============  =========================================================  ========
+quantity           storage unit  native units accepted (examples)                           kind
+=================  ============  =========================================================  ========
+``pressure``       ``m``         m, ft (head of water), psi, kPa, bar, Pa, m_H2O             analog
+``flow``           ``m3/s``      m3/s (m³/s), L/s, m3/h, gpm, MGD, cfs                      analog
+``level``          ``m``         m, ft, cm                                                  analog
+``pump_status``    ``on/off``    on/off (values on/off, true/false, 1/0); stored 1 on, 0 off  state
+``pump_speed``     ``1``         1 (relative speed, EPANET's setting), %                    state
+``valve_position`` ``%``         % (open), 1 (fraction open)                                state
+``chlorine``       ``mg/L``      mg/L, ppm (≈ mg/L in water)                                analog
+``temperature``    ``degC``      °C (degC), °F (degF), K                                    analog
+=================  ============  =========================================================  ========
+
+Pressure is stored as metres of water head (1 m = 9806.65 Pa, pint's ``meter_H2O``, conventional
+water density and standard gravity), the unit EPANET reports pressure in, so readings compare with the
+model baseline directly. *Analog* quantities are measured continuously (several samples in a reporting
+slot are averaged; the full cleaning runs); *state* quantities are set points or positions (the last
+sample in a slot wins; cleaning only marks gaps — a pump that stays on for hours is not "stuck").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import pint
+
+_ureg = pint.UnitRegistry()
+_ureg.define("gpm = gallon / minute")
+_ureg.define("MGD = 1e6 * gallon / day")
+_ureg.define("cfs = foot ** 3 / second")
+
+
+@dataclass(frozen=True)
+class QuantitySpec:
+    """One quantity: its storage unit, whether it is analog or a state, the element types a device of it
+    may sit on, and the model field it compares with (``None``: the baseline has no such field)."""
+
+    storage_unit: str
+    kind: str  # "analog" | "state"
+    element_types: tuple[str, ...]
+    model_field: str | None
+
+
+NODES = ("junction", "reservoir", "tank")
+LINKS = ("pipe", "pump", "valve")
+
+QUANTITIES: dict[str, QuantitySpec] = {
+    "pressure": QuantitySpec("m", "analog", NODES, "pressure"),
+    "flow": QuantitySpec("m3/s", "analog", LINKS, "flow"),
+    "level": QuantitySpec("m", "analog", ("tank",), "pressure"),
+    "pump_status": QuantitySpec("on/off", "state", ("pump",), "status"),
+    "pump_speed": QuantitySpec("1", "state", ("pump",), "setting"),
+    "valve_position": QuantitySpec("%", "state", ("valve",), None),
+    "chlorine": QuantitySpec("mg/L", "analog", NODES + LINKS, "quality"),
+    "temperature": QuantitySpec("degC", "analog", NODES + LINKS, None),
+}
+QUANTITY_NAMES: tuple[str, ...] = tuple(QUANTITIES)
+STORAGE_UNITS: dict[str, str] = {q: s.storage_unit for q, s in QUANTITIES.items()}
+
+#: Spellings historians use, mapped to pint's names (pint parses the rest itself).
+_ALIASES = {
+    "m³/s": "m**3/s",
+    "m3/s": "m**3/s",
+    "m³/h": "m**3/h",
+    "m3/h": "m**3/h",
+    "l/s": "L/s",
+    "°c": "degC",
+    "°f": "degF",
+    "degc": "degC",
+    "degf": "degF",
+    "c": "degC",
+    "f": "degF",
+    "k": "K",
+    "%": "percent",
+    "1": "dimensionless",
+    "fraction": "dimensionless",
+    "ppm": "mg/L",
+    "mh2o": "meter_H2O",
+    "m_h2o": "meter_H2O",
+}
+#: Storage units in pint's spelling.
+_PINT_STORAGE = {
+    "m": "meter",
+    "m3/s": "m**3/s",
+    "mg/L": "mg/L",
+    "degC": "degC",
+    "%": "percent",
+    "1": "dimensionless",
+}
+STATE_WORDS = {"on": 1.0, "off": 0.0, "true": 1.0, "false": 0.0, "1": 1.0, "0": 0.0, "open": 1.0, "closed": 0.0}
+
+
+class UnitError(ValueError):
+    """A unit that does not fit the quantity (the message names both)."""
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """``stored = native * scale + offset``."""
+
+    scale: float
+    offset: float
+
+    def apply(self, value: float) -> float:
+        return value * self.scale + self.offset
+
+
+def _pint_name(unit: str) -> str:
+    text = unit.strip()
+    return _ALIASES.get(text.lower(), text)
+
+
+@cache
+def conversion(quantity: str, unit: str) -> Conversion:
+    """The linear conversion of ``unit`` to ``quantity``'s storage unit, computed with pint once per
+    pair. ``UnitError`` when the quantity is unknown or the unit cannot express it."""
+    spec = QUANTITIES.get(quantity)
+    if spec is None:
+        raise UnitError(f"unknown quantity {quantity!r} (known: {', '.join(QUANTITY_NAMES)})")
+    if quantity == "pump_status":
+        if unit.strip().lower() not in ("on/off", "1", "state"):
+            raise UnitError(f"pump_status is reported as on/off, not {unit!r}")
+        return Conversion(1.0, 0.0)
+    name = _pint_name(unit)
+    try:
+        native = _ureg.Unit(name)
+    except (pint.UndefinedUnitError, pint.DefinitionSyntaxError, ValueError, TypeError, AttributeError) as exc:
+        raise UnitError(f"unknown unit {unit!r}") from exc
+    target = _PINT_STORAGE[spec.storage_unit]
+    if quantity == "pressure" and native.dimensionality != _ureg.Unit("meter").dimensionality:
+        target = "meter_H2O"  # a pressure: to metres of water head
+    try:
+        zero = _ureg.Quantity(0.0, native).to(target).magnitude
+        one = _ureg.Quantity(1.0, native).to(target).magnitude
+    except pint.DimensionalityError as exc:
+        raise UnitError(f"unit {unit!r} cannot express {quantity} (stored in {spec.storage_unit})") from exc
+    return Conversion(scale=float(one - zero), offset=float(zero))

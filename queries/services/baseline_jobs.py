@@ -1,0 +1,163 @@
+"""Baseline simulation as jobs: start one on the Celery worker, follow and cancel it, and the rolling
+baseline that keeps every project covered (the writes of ``queries.importer.baseline_window``).
+
+Cancellation: ``baseline_cancel`` marks the task cancelled in Redis (the running task checks between
+chunks and rolls back, writing nothing) and revokes it with Celery (a queued task never starts).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+from contexts.models import Project
+from queries.models import NetworkSource, NodeBaseline
+from queries.models.jobs import Job, JobKind, JobStatus
+from queries.services.jobs import job_started
+
+logger = logging.getLogger(__name__)
+
+CANCEL_KEY = "tjwater:baseline:cancel:{}"
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def window_text(start: datetime, end: datetime) -> str:
+    return f"{start.astimezone(UTC):%Y-%m-%dT%H:%MZ} → {end.astimezone(UTC):%Y-%m-%dT%H:%MZ}"
+
+
+def baseline_enqueue(*, project: Project, start: datetime, hours: float, step_s: int, started_by: str) -> Job:
+    """Record a queued baseline job and send its task to the default queue once the row is committed."""
+    from queries.tasks import simulate_baseline
+
+    end = start + timedelta(hours=hours)
+    job = job_started(
+        project=project,
+        kind=JobKind.BASELINE,
+        subject=window_text(start, end),
+        started_by=started_by,
+        window=(start, end),
+        queued=True,
+    )
+    job.detail = {"start": start.isoformat(), "hours": hours, "step_s": step_s}
+    job.save(update_fields=["detail"])
+    result = simulate_baseline.apply_async(args=[job.pk])
+    Job.objects.filter(pk=job.pk).update(task_id=result.id)
+    job.task_id = result.id
+    return job
+
+
+def baseline_cancel(job: Job) -> None:
+    """Cancel a queued or running baseline job: it writes nothing."""
+    from tjwater.celery import app
+
+    if job.task_id:
+        _redis().set(CANCEL_KEY.format(job.task_id), "1", ex=86400)
+        app.control.revoke(job.task_id)
+
+
+def cancelled(task_id: str) -> bool:
+    return bool(task_id) and bool(_redis().exists(CANCEL_KEY.format(task_id)))
+
+
+def workers_answering(timeout: float = 2.0) -> bool:
+    """Whether any Celery worker answers a ping within ``timeout`` seconds."""
+    from tjwater.celery import app
+
+    try:
+        return bool(app.control.ping(timeout=timeout))
+    except (OSError, redis.RedisError):
+        return False
+
+
+# --- the rolling baseline -----------------------------------------------------------------------------
+
+
+@dataclass
+class RollingResult:
+    simulated: list[str] = field(default_factory=list)
+    skipped_busy: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def missing_windows(project: Project, lo: datetime, hi: datetime, step_s: int) -> list[tuple[datetime, datetime]]:
+    """The parts of ``[lo, hi]`` (on the ``step_s`` grid) where the project's baseline has no instant,
+    judged on one reference node (every node of a run has every instant): one indexed range read."""
+    ref = (
+        NodeBaseline.objects.filter(project_id=project.pk)
+        .order_by("element_type", "element_id")
+        .values_list("element_type", "element_id")[:1]
+    )
+    times: list[datetime] = []
+    if ref:
+        etype, eid = ref[0]
+        times = list(
+            NodeBaseline.objects.filter(
+                project_id=project.pk, element_type=etype, element_id=eid, time__gte=lo, time__lte=hi
+            )
+            .order_by("time")
+            .values_list("time", flat=True)
+        )
+    step = timedelta(seconds=step_s)
+    gaps: list[tuple[datetime, datetime]] = []
+    cursor = lo
+    for t in times:
+        if t - cursor > step / 2:
+            gaps.append((cursor, t))  # [cursor, t): t itself is covered
+        cursor = max(cursor, t + step)
+    if cursor <= hi:
+        gaps.append((cursor, hi + step))
+    # Simulate whole steps: from the first missing instant to the instant before the next covered one.
+    return [(a, b - step) if b - step > a else (a, a + step) for a, b in gaps]
+
+
+def rolling_baseline(*, now: datetime | None = None) -> RollingResult:
+    """Keep every project's baseline covering ``[now − TJWATER_BASELINE_PAST_DAYS, now + 1 day]``,
+    simulating only the missing parts, one project at a time; a project whose simulation is already
+    running (its lock is held) is skipped this round."""
+    from queries.importer.baseline_window import BaselineError, SimulationBusy, simulate_baseline_window
+    from queries.services.jobs import job_failed, job_finished
+
+    now = now or datetime.now(UTC)
+    step_s = settings.TJWATER_BASELINE_STEP_S
+    grid = lambda t: datetime.fromtimestamp(int(t.timestamp()) // step_s * step_s, UTC)  # noqa: E731
+    lo = grid(now - timedelta(days=settings.TJWATER_BASELINE_PAST_DAYS))
+    hi = grid(now + timedelta(days=1))  # the instant holding at now + 1 day
+    result = RollingResult()
+    project_ids = NetworkSource.objects.order_by("project_id").values_list("project_id", flat=True)
+    for project in Project.objects.filter(pk__in=list(project_ids)).order_by("pk"):
+        for start, end in missing_windows(project, lo, hi, step_s):
+            hours = (end - start).total_seconds() / 3600
+            job = job_started(
+                project=project, kind=JobKind.BASELINE, subject=window_text(start, end), started_by="rolling baseline",
+                window=(start, end),
+            )  # fmt: skip
+            try:
+                summary = simulate_baseline_window(
+                    project=project, start=start, hours=hours, step_s=step_s, wait_for_lock=False
+                )
+            except SimulationBusy as exc:
+                job_failed(job, str(exc) + " This window is left for the next round.", cancelled=True)
+                result.skipped_busy.append(project.slug)
+                break
+            except BaselineError as exc:
+                job_failed(job, str(exc))
+                result.failed.append(project.slug)
+                break
+            job_finished(job, rows=sum(summary.rows.values()), detail={"instants": summary.instants})
+            result.simulated.append(f"{project.slug} {window_text(start, end)}")
+    return result
+
+
+@transaction.atomic
+def mark_job_cancelled(job: Job, message: str) -> None:
+    Job.objects.filter(pk=job.pk).exclude(status=JobStatus.SUCCEEDED).update(
+        status=JobStatus.CANCELLED, message=message, finished_at=datetime.now(UTC)
+    )

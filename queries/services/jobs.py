@@ -1,0 +1,81 @@
+"""State changes of import and simulation jobs (``queries.models.jobs``): one function each, called by
+the commands and Celery tasks that do the work. They write through their own autocommit statements, so
+a job whose work rolled back is still recorded as failed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from contexts.models import Project
+from queries.models.jobs import Job, JobStatus
+
+
+def job_started(
+    *,
+    project: Project,
+    kind: str,
+    subject: str,
+    started_by: str,
+    window: tuple[datetime, datetime] | None = None,
+    task_id: str = "",
+    queued: bool = False,
+) -> Job:
+    """Record a job that starts now (or, ``queued``, waits for a worker)."""
+    return Job.objects.create(
+        project=project,
+        kind=kind,
+        subject=subject[:300],
+        window_start=window[0] if window else None,
+        window_end=window[1] if window else None,
+        status=JobStatus.QUEUED if queued else JobStatus.RUNNING,
+        started_at=None if queued else datetime.now(UTC),
+        started_by=started_by[:200],
+        task_id=task_id,
+    )
+
+
+def job_running(job: Job, *, progress: float | None = None) -> None:
+    fields: dict[str, Any] = {"status": JobStatus.RUNNING, "progress": progress}
+    if job.started_at is None:
+        job.started_at = fields["started_at"] = datetime.now(UTC)
+    Job.objects.filter(pk=job.pk).update(**fields)
+
+
+def job_finished(
+    job: Job,
+    *,
+    rows: int,
+    rejects: int = 0,
+    reject_lines: list[str] | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.SUCCEEDED,
+        rows=rows,
+        rejects=rejects,
+        reject_lines=(reject_lines or [])[:20],
+        detail=detail or {},
+        progress=1.0,
+        finished_at=datetime.now(UTC),
+    )
+
+
+def job_failed(
+    job: Job,
+    message: str,
+    *,
+    rows: int | None = None,
+    rejects: int = 0,
+    reject_lines: list[str] | None = None,
+    cancelled: bool = False,
+) -> None:
+    """The job ended without writing anything; ``message`` says why in a sentence."""
+    Job.objects.filter(pk=job.pk).update(
+        status=JobStatus.CANCELLED if cancelled else JobStatus.FAILED,
+        message=message[:2000],
+        rows=rows,
+        rejects=rejects,
+        reject_lines=(reject_lines or [])[:20],
+        finished_at=datetime.now(UTC),
+    )
