@@ -263,9 +263,9 @@ class LiveCheck:
                 with client.stream("POST", self.probe_url, headers=headers) as response:
                     if response.status_code != 200:
                         return self._probe_refused(response)
-                    first = next(response.iter_lines(), "")
+                    lines = response.iter_lines()  # kept open: a dropped iterator closes the connection
                     try:
-                        pid = int(json.loads(first)["backend_pid"])
+                        pid = int(json.loads(next(lines, ""))["backend_pid"])
                     except (ValueError, KeyError, TypeError):
                         return Check("cancellation", "misconfigured", "the probe's answer names no backend")
                     deadline = time.monotonic() + APPEAR_LIMIT_S
