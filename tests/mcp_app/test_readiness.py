@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from mcp_app.readiness import CANCEL_LIMIT_S
+from mcp_app.readiness import CANCEL_LIMIT_S, Check, LiveCheck
 from tests.conftest import ServerProcess, free_port
 from tests.mcp_app.conftest import CLIENT, PROJECT_SLUG, SERVER_ENV, SERVICE_CLIENT, token
 
@@ -82,3 +82,13 @@ def test_a_server_for_another_resource_is_misconfigured(
     assert code == 3
     assert "misconfigured 401 challenge" in " ".join(out.split())
     assert out.splitlines()[-1] == "misconfigured"
+
+
+def test_a_refused_service_client_is_misconfigured(product_server: ServerProcess) -> None:
+    """With ``--client-credentials`` the token is this deployment's own client: a 404 from the probe means
+    the server names another ``TJWATER_OIDC_CLIENT_ID`` — a deployment fix, not "not verified"."""
+    bearer = token(scopes=BIND)  # the host client's: what a server with another service client refuses
+    check = LiveCheck(f"{product_server.url}/mcp", bearer, project=None, context_handle=None, service_client=True)
+    assert check.cancellation() == Check(
+        "cancellation", "misconfigured", "the probe refused this service's client (TJWATER_OIDC_CLIENT_ID)"
+    )
