@@ -37,6 +37,7 @@ from django.conf import settings
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER, unsupported_protocol_version_rejection
 
+from contexts.tokens import VerifiedToken
 from mcp_app import auth
 from mcp_app.catalog import build_catalog
 from mcp_app.dispatch import Dispatcher
@@ -44,6 +45,7 @@ from mcp_app.entry import EntryWatch
 from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.metrics import PoolSampler
+from mcp_app.probe import CancellationProbe, is_service_client
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
 from mcp_app.transport import SingleExchange, read_body
 from tjwater import health, metrics, telemetry
@@ -150,6 +152,7 @@ class McpEndpoint:
         self._state = "starting"  # "starting" → "ready", or "failed" (retried) → "starting" → …
         self._retry: asyncio.Task[None] | None = None
         self._sampler: PoolSampler | None = None
+        self._probe = CancellationProbe()
         # /readyz: ready once the catalog is loaded and the pools are up (or when /mcp is not served).
         health.register_readiness("mcp", lambda: not settings.TJWATER_MCP_ENABLED or self._state == "ready")
 
@@ -270,6 +273,39 @@ class McpEndpoint:
             return
         await self._mcp(scope, receive, send)
 
+    async def _authenticate(self, scope: dict[str, Any]) -> VerifiedToken:
+        """The verified bearer token of the request, or ``auth.AuthFailure``. A cached verification (or no
+        credentials at all) is answered on the event loop; a miss goes to a worker thread of the
+        authentication limiter (it may fetch the issuer's JWKS)."""
+        authorization = _header(scope, "authorization")
+        token = auth.authenticate_if_cached(authorization)
+        if token is not None:
+            return token
+        if not authorization:
+            return auth.authenticate(authorization)  # raises the no-credentials 401, no I/O
+        return await anyio.to_thread.run_sync(auth.authenticate, authorization, limiter=self._auth_limiter)
+
+    async def probe(self, scope: dict[str, Any], receive: Any, send: Any, not_found: Any) -> None:
+        """``/internal/cancellation-probe`` (``mcp_app.probe``): served to this deployment's service client
+        only; any other request is handed to ``not_found`` (Django), which answers it like an unknown path."""
+        token: VerifiedToken | None = None
+        if settings.TJWATER_MCP_ENABLED:
+            try:
+                token = await self._authenticate(scope)
+            except auth.AuthFailure:
+                token = None
+        if token is None or not is_service_client(token):
+            await not_found(scope, receive, send)
+            return
+        if not self._entry.enabled:
+            await send_json(send, 503, DISABLED_BODY)
+            return
+        if self._state != "ready" or self._db is None:
+            body = {"code": "MCP_UNAVAILABLE", "message": "The MCP endpoint is starting.", "retryable": True}
+            await send_json(send, 503, body, [(b"retry-after", str(STARTUP_RETRY_S).encode())])
+            return
+        await self._probe.serve(scope, receive, send, self._db)
+
     async def _protected_resource_metadata(self, scope: dict[str, Any], send: Any) -> None:
         if scope["method"] not in ("GET", "HEAD"):
             await send_json(send, 405, {"error": "method_not_allowed"}, [(b"allow", b"GET")])
@@ -308,15 +344,7 @@ class McpEndpoint:
             return
         auth_started = time.time_ns() if telemetry.enabled() else 0  # the `authenticate` span's start
         try:
-            authorization = _header(scope, "authorization")
-            # A cached verification (or no credentials at all) is answered on the event loop; a miss goes
-            # to a worker thread of the authentication limiter (it may fetch the issuer's JWKS).
-            token = auth.authenticate_if_cached(authorization)
-            if token is None:
-                if not authorization:
-                    token = auth.authenticate(authorization)  # raises the no-credentials 401, no I/O
-                else:
-                    token = await anyio.to_thread.run_sync(auth.authenticate, authorization, limiter=self._auth_limiter)
+            token = await self._authenticate(scope)
             auth.authorize_method(token, _header(scope, MCP_METHOD_HEADER))
         except auth.AuthFailure as failure:
             metrics.MCP_HTTP_REFUSALS.labels(failure.status).inc()

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 
 @register(Tags.security)
@@ -41,4 +41,29 @@ def check_mcp_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs:
     unknown = sorted(set(settings.TJWATER_MCP_EXPOSED_TOOLS) - set(tools_by_name()))
     if unknown:
         errors.append(Error(f"TJWATER_MCP_EXPOSED_TOOLS names unknown tools: {unknown}.", id="mcp_app.E007"))
+    errors.extend(check_service_client())
     return errors
+
+
+def check_service_client() -> list[CheckMessage]:
+    """The cancellation probe (``mcp_app.probe``) answers tokens of ``TJWATER_OIDC_CLIENT_ID`` only."""
+    client = settings.TJWATER_OIDC_CLIENT_ID
+    if not client:
+        return []
+    if client == settings.TJWATER_MCP_HOST_CLIENT:
+        return [
+            Warning(
+                "TJWATER_OIDC_CLIENT_ID is the host client, whose tokens are users': the cancellation probe is off.",
+                hint="Give this service a client of its own (client_credentials grant only).",
+                id="mcp_app.W001",
+            )
+        ]
+    if client not in settings.TJWATER_MCP_ALLOWED_CLIENTS:
+        return [
+            Warning(
+                "TJWATER_OIDC_CLIENT_ID is not in TJWATER_MCP_ALLOWED_CLIENTS: its tokens are refused, so "
+                "mcp_catalog_check --client-credentials cannot check this server (nor its cancellation).",
+                id="mcp_app.W002",
+            )
+        ]
+    return []

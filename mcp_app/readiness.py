@@ -11,11 +11,16 @@ failure of one of two kinds: ``not_ready`` (the server or a dependency is not up
 authentication temporarily unavailable — wait and retry) or ``misconfigured`` (it answers, wrongly: another
 resource, issuer or catalog, a refused token — a deployment fix).
 
-The cancellation probe needs a statement that runs long enough to be seen in ``pg_stat_activity``; the
-product catalog has none on purpose (a sleep tool would be a denial-of-service aid). When the server
-serves the test-only ``test_slow_query`` (test and bench deployments), the probe abandons one call and
-checks, through this deployment's own database connection, that its statement is gone; otherwise it is
-reported ``not_verified``.
+The cancellation check needs a statement that runs long enough to be seen in ``pg_stat_activity``; the
+product catalog has none on purpose (a sleep tool would be a denial-of-service aid, and ``tools/list`` is
+the same for every caller). It calls the server's cancellation probe instead (``mcp_app.probe``,
+``POST /internal/cancellation-probe``, served to this deployment's service client ``TJWATER_OIDC_CLIENT_ID``
+only), which runs one ``pg_sleep`` on the MCP query pool through the path of a tool statement and names
+its backend; the check waits until that backend runs it, disconnects, and polls ``pg_stat_activity``
+through this command's own database connection (the deployment's ``DATABASE_URL``) until the statement is
+gone: "cancellation verified in N ms". Still there after ``CANCEL_LIMIT_S`` is ``misconfigured``. A 404
+means the token is not the service client: ``not_verified`` with ``--token`` (an operator's token),
+``misconfigured`` with ``--client-credentials`` (the server's ``TJWATER_OIDC_CLIENT_ID`` differs).
 """
 
 from __future__ import annotations
@@ -29,14 +34,24 @@ from urllib.parse import urlsplit
 
 import httpx2
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
 from referencing import Registry
 
 from mcp_app.catalog import build_catalog
+from mcp_app.probe import PROBE_MARK, PROBE_PATH
 
 PROTOCOL = "2026-07-28"
+#: How long the abandoned probe statement may take to leave ``pg_stat_activity`` (it holds ~5 s otherwise).
+CANCEL_LIMIT_S = 3.0
+#: How long the probe's statement may take to show up in ``pg_stat_activity``.
+APPEAR_LIMIT_S = 10.0
+#: The probe's statement on one backend: active and marked (the poll's own statement runs on another pid).
+PROBE_RUNNING_SQL = (
+    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active' AND query LIKE %s"
+    " AND datname = current_database()"
+)
 Status = Literal["ok", "not_verified", "not_ready", "misconfigured"]
 
 
@@ -86,13 +101,24 @@ def _http_failure(name: str, response: httpx2.Response) -> Check:
 class LiveCheck:
     """Runs the checks in order against one ``/mcp`` URL with one bearer token."""
 
-    def __init__(self, url: str, token: str, *, project: str | None, context_handle: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        project: str | None,
+        context_handle: str | None,
+        service_client: bool = False,
+    ) -> None:
         self.url = url
         self.token = token
+        self.service_client = service_client  # the token is this deployment's client (--client-credentials)
         self.project = project
         self.context_handle = context_handle
         parts = urlsplit(url)
         self.api = f"{parts.scheme}://{parts.netloc}/api/v1"
+        prefix = parts.path[: -len("/mcp")] if parts.path.endswith("/mcp") else parts.path.rstrip("/")
+        self.probe_url = f"{parts.scheme}://{parts.netloc}{prefix}{PROBE_PATH}"
         self.checks: list[Check] = []
         self.tools: dict[str, dict[str, Any]] = {}
 
@@ -230,57 +256,58 @@ class LiveCheck:
             self._unbind(handle)
 
     def cancellation(self) -> Check:
-        if "test_slow_query" not in self.tools:
-            return Check(
-                "cancellation",
-                "not_verified",
-                "the product catalog has no slow probe tool; cancellation is proven by the test suite",
-            )
-        handle, refused = self._bind()
-        if refused is not None:
-            return Check("cancellation", "not_verified", refused.detail)
-        assert handle is not None
-        probe = (
-            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE 'SELECT pg_sleep%%' "
-            "AND datname = current_database()"
-        )
+        """Abandon one probe statement mid-flight and time how long it takes to leave PostgreSQL."""
+        headers = {"authorization": f"Bearer {self.token}"}
         try:
-            body = {"name": "test_slow_query", "arguments": {"context_handle": handle, "seconds": 20}}
-            meta = {
-                "io.modelcontextprotocol/protocolVersion": PROTOCOL,
-                "io.modelcontextprotocol/clientCapabilities": {},
-            }
-            request = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {**body, "_meta": meta}}
-            headers = {
-                "content-type": "application/json",
-                "accept": "application/json, text/event-stream",
-                "mcp-protocol-version": PROTOCOL,
-                "mcp-method": "tools/call",
-                "mcp-name": "test_slow_query",
-                "authorization": f"Bearer {self.token}",
-            }
             with connection.cursor() as cursor, httpx2.Client(timeout=30) as client:
-                with client.stream("POST", self.url, json=request, headers=headers):
-                    deadline = time.monotonic() + 10
-                    while _count(cursor, probe) == 0:
+                with client.stream("POST", self.probe_url, headers=headers) as response:
+                    if response.status_code != 200:
+                        return self._probe_refused(response)
+                    lines = response.iter_lines()  # kept open: a dropped iterator closes the connection
+                    try:
+                        pid = int(json.loads(next(lines, ""))["backend_pid"])
+                    except (ValueError, KeyError, TypeError):
+                        return Check("cancellation", "misconfigured", "the probe's answer names no backend")
+                    deadline = time.monotonic() + APPEAR_LIMIT_S
+                    while _count(cursor, pid) == 0:
                         if time.monotonic() > deadline:
-                            return Check("cancellation", "not_verified", "the probe query never appeared")
-                        time.sleep(0.01)
-                abandoned = time.monotonic()  # the stream is closed: the client went away
-                while _count(cursor, probe) != 0:
-                    if time.monotonic() - abandoned > 3:
+                            return Check(
+                                "cancellation",
+                                "not_verified",
+                                "the probe's statement never appeared in this command's database",
+                            )
+                        time.sleep(0.005)
+                abandoned = time.monotonic()  # the stream is closed: the client went away mid-statement
+                while _count(cursor, pid) != 0:
+                    if time.monotonic() - abandoned > CANCEL_LIMIT_S:
                         return Check("cancellation", "misconfigured", "the abandoned statement is still running")
-                    time.sleep(0.005)
+                    time.sleep(0.002)
                 latency_ms = (time.monotonic() - abandoned) * 1000
-            return Check("cancellation", "ok", f"abandoned call's statement gone in {latency_ms:.0f} ms")
-        finally:
-            self._unbind(handle)
+        except httpx2.TransportError as exc:
+            raise _Stop(f"{self.probe_url} unreachable ({type(exc).__name__})") from None
+        except DatabaseError as exc:
+            return Check("cancellation", "not_verified", f"pg_stat_activity unreadable here ({type(exc).__name__})")
+        return Check("cancellation", "ok", f"cancellation verified in {latency_ms:.0f} ms")
+
+    def _probe_refused(self, response: httpx2.Response) -> Check:
+        if response.status_code == 404:
+            if self.service_client:
+                return Check(
+                    "cancellation", "misconfigured", "the probe refused this service's client (TJWATER_OIDC_CLIENT_ID)"
+                )
+            return Check(
+                "cancellation", "not_verified", "the probe answers the service client only (--client-credentials)"
+            )
+        if response.status_code == 429:
+            return Check("cancellation", "not_ready", "a probe is running or the server is at capacity; retry")
+        return _http_failure("cancellation", response)
 
 
-def _count(cursor: Any, sql: str) -> int:
-    # pg_stat_activity is a snapshot fixed for the rest of a transaction: take a fresh one each time.
+def _count(cursor: Any, pid: int) -> int:
+    """Whether backend ``pid`` runs the probe's statement now. pg_stat_activity is a snapshot fixed for the
+    rest of a transaction: take a fresh one each time."""
     cursor.execute("SELECT pg_stat_clear_snapshot()")
-    cursor.execute(sql)
+    cursor.execute(PROBE_RUNNING_SQL, [pid, f"%{PROBE_MARK}%"])
     return int(cursor.fetchone()[0])
 
 

@@ -34,7 +34,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import pydantic_core
@@ -150,7 +150,15 @@ class _Exchange:
             await self._pinging  # the last frame goes after it, never interleaved
 
 
-async def _watch_disconnect(receive: Any, exchange: _Exchange, scope: anyio.CancelScope) -> None:
+class Watched(Protocol):
+    """What the disconnect watcher reads and writes of a request: a ``tools/call`` exchange, or the
+    cancellation probe (``mcp_app.probe``), which is watched by this same code so that it proves it."""
+
+    finished: bool
+    client_gone: bool
+
+
+async def watch_disconnect(receive: Any, exchange: Watched, scope: anyio.CancelScope) -> None:
     """Cancel the request's handler when the client goes away before the reply (R-PROTO-6). After the
     reply the server's ``receive`` reports the end of the exchange as a disconnect too: then nothing.
 
@@ -305,7 +313,7 @@ class SingleExchange:
     ) -> None:
         loop = asyncio.get_running_loop()
         handler_scope = anyio.CancelScope()
-        exchange.watcher = loop.create_task(_watch_disconnect(receive, exchange, handler_scope))
+        exchange.watcher = loop.create_task(watch_disconnect(receive, exchange, handler_scope))
         exchange.arm(loop, self.ping_interval_s)
         try:
             reply: dict[str, Any] | None = None

@@ -2,6 +2,9 @@
 
 One application composes two sides:
 - exactly ``/mcp`` and ``/.well-known/oauth-protected-resource/mcp`` go to ``mcp_app``;
+- exactly ``/internal/cancellation-probe`` goes to ``mcp_app`` too (``mcp_app.probe``), which serves it
+  to this deployment's service client only and hands every other request back to Django (an unknown
+  path's 404);
 - everything else goes to Django.
 It also answers the ASGI ``lifespan`` protocol itself, because Django's ASGIHandler rejects lifespan
 scopes (SDK_NOTES "Server") and the MCP side needs start-up and shutdown hooks.
@@ -20,6 +23,7 @@ django_application = get_asgi_application()
 
 # Import after Django is set up: mcp_app reads settings and models.
 from mcp_app.asgi import MCP_PATHS, McpEndpoint  # noqa: E402
+from mcp_app.probe import PROBE_PATH  # noqa: E402
 from tjwater import metrics, telemetry  # noqa: E402
 
 telemetry.configure_from_settings()  # traces only when OTEL_EXPORTER_OTLP_ENDPOINT is set
@@ -39,6 +43,9 @@ class Application:
             return
         if scope["type"] == "http" and scope.get("path") in MCP_PATHS:
             await self.mcp(scope, receive, send)
+            return
+        if scope["type"] == "http" and scope.get("path") == PROBE_PATH:
+            await self.mcp.probe(scope, receive, send, django_application)
             return
         await django_application(scope, receive, send)
 

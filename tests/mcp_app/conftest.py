@@ -123,15 +123,36 @@ def handle(subject: str = "alice") -> str:
     return _HANDLES[subject]
 
 
+# This deployment's own service client (TJWATER_OIDC_CLIENT_ID, the client of
+# ``mcp_catalog_check --client-credentials``): the only caller of the cancellation probe (mcp_app.probe).
+SERVICE_CLIENT = "tjwater-readiness"
 SERVER_ENV = {
     "TJWATER_MCP_MAX_CONCURRENT": "4",
     "TJWATER_MCP_SLOT_LEASE_S": "1.5",
+    "TJWATER_OIDC_CLIENT_ID": SERVICE_CLIENT,
+    "TJWATER_MCP_ALLOWED_CLIENTS": f"{CLIENT},{SERVICE_CLIENT}",
 }
 
 
 @pytest.fixture(scope="session")
 def mcp_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
     return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def product_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    """A server in its product configuration — ``tjwater.settings``, so no test-only tool — with the dev
+    issuer on only to verify the tests' tokens, and this deployment's service client configured."""
+    return start_server(
+        **SERVER_ENV,
+        DJANGO_SETTINGS_MODULE="tjwater.settings",
+        TJWATER_READ_ENV_FILE="0",
+        DEBUG="1",
+        TJWATER_MCP_ENABLED="1",
+        TJWATER_DEV_ISSUER="1",
+        TJWATER_DATA_DIR=str(settings.TJWATER_DATA_DIR),
+        REDIS_URL=settings.REDIS_URL,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -206,3 +227,18 @@ def active_sleeps(dsn_dbname: str) -> int:
             "AND datname = current_database()"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def backend_activity(pid: int) -> tuple[str, str] | None:
+    """``(state, query)`` of backend ``pid`` in ``pg_stat_activity`` (None: no such backend), read through a
+    connection of its own, like the readiness check reads it."""
+    db = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=db.get("PORT") or 5432,
+        user=db.get("USER") or "postgres",
+        dbname=db["NAME"],
+        autocommit=True,
+    ) as conn:
+        row = conn.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return (str(row[0]), str(row[1])) if row else None

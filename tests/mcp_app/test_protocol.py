@@ -12,6 +12,7 @@ from tests.conftest import ServerProcess
 from tests.mcp_app.conftest import (
     PROJECT_SLUG,
     PROTOCOL,
+    SERVICE_CLIENT,
     UNKNOWN_HANDLE,
     E2EProject,
     call_tool_raw,
@@ -391,7 +392,7 @@ def test_the_context_handle_decides_the_project(mcp_server: ServerProcess, e2e_p
 def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> None:
     """``mcp_catalog_check --url`` (issue 13): every check passes against a real server — the harmless call
     through a short-lived context bound to the project and deleted again, and the cancellation probe (the
-    test settings serve test_slow_query) — and it prints ``ready``."""
+    token is the service client's) — and it prints ``ready``."""
     from io import StringIO
 
     from django.core.management import call_command
@@ -402,7 +403,7 @@ def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> Non
         "--url",
         f"{mcp_server.url}/mcp",
         "--token",
-        token(scopes="mcp.catalog.read mcp.query mcp.context.bind"),
+        token(scopes="mcp.catalog.read mcp.query mcp.context.bind", client=SERVICE_CLIENT),
         "--project",
         PROJECT_SLUG,
         stdout=out,

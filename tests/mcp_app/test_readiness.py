@@ -1,27 +1,32 @@
 """``manage.py mcp_catalog_check --url`` exit codes and machine output (issue 13): ready (0), not ready
-(2: nothing answers), misconfigured (3: the server describes another resource), and ``--json``."""
+(2: nothing answers), misconfigured (3: the server describes another resource), and ``--json``; the
+cancellation check through the cancellation probe against production settings (issue 24)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import override_settings
 
+from mcp_app.readiness import CANCEL_LIMIT_S, Check, LiveCheck
 from tests.conftest import ServerProcess, free_port
-from tests.mcp_app.conftest import PROJECT_SLUG, SERVER_ENV, token
+from tests.mcp_app.conftest import CLIENT, PROJECT_SLUG, SERVER_ENV, SERVICE_CLIENT, token
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 BIND = "mcp.catalog.read mcp.query mcp.context.bind"
 
 
-def check(url: str, *extra: str) -> tuple[int, str]:
+def check(url: str, *extra: str, client: str = SERVICE_CLIENT) -> tuple[int, str]:
     out = StringIO()
+    bearer = token(scopes=BIND, client=client)
     try:
-        call_command("mcp_catalog_check", "--url", url, "--token", token(scopes=BIND), *extra, stdout=out)
+        call_command("mcp_catalog_check", "--url", url, "--token", bearer, *extra, stdout=out)
     except CommandError as exc:
         return exc.returncode, out.getvalue()
     return 0, out.getvalue()
@@ -40,6 +45,29 @@ def test_json_output_of_a_ready_server(mcp_server: ServerProcess) -> None:
     }
 
 
+def test_cancellation_is_verified_against_production_settings(product_server: ServerProcess) -> None:
+    """Issue 24: the product catalog (no test-only tool) and still a verified cancellation, with its time —
+    through the cancellation probe, which answers the service client. The command runs with the product's
+    catalog too, as on the deployment."""
+    with override_settings(TJWATER_MCP_TEST_TOOLS=False):
+        code, out = check(product_server.url, "--project", PROJECT_SLUG, "--json")
+    body = json.loads(out)
+    assert code == 0 and body["status"] == "ready", out
+    checks = {c["name"]: c for c in body["checks"]}
+    assert {name: c["status"] for name, c in checks.items()} == dict.fromkeys(checks, "ok")
+    assert re.fullmatch(r"cancellation verified in \d+ ms", checks["cancellation"]["detail"])
+    print(f"\n{checks['cancellation']['detail']}")
+    assert int(checks["cancellation"]["detail"].split()[3]) < CANCEL_LIMIT_S * 1000
+
+
+def test_a_user_token_cannot_verify_cancellation(product_server: ServerProcess) -> None:
+    """Anyone but the service client gets the probe's 404: not verified, said so, never counted as ok."""
+    with override_settings(TJWATER_MCP_TEST_TOOLS=False):
+        code, out = check(product_server.url, "--project", PROJECT_SLUG, client=CLIENT)
+    assert code == 0, out
+    assert "not_verified  cancellation     the probe answers the service client only" in out
+
+
 def test_nothing_listening_is_not_ready() -> None:
     code, out = check(f"http://127.0.0.1:{free_port()}/mcp")
     assert code == 2
@@ -54,3 +82,13 @@ def test_a_server_for_another_resource_is_misconfigured(
     assert code == 3
     assert "misconfigured 401 challenge" in " ".join(out.split())
     assert out.splitlines()[-1] == "misconfigured"
+
+
+def test_a_refused_service_client_is_misconfigured(product_server: ServerProcess) -> None:
+    """With ``--client-credentials`` the token is this deployment's own client: a 404 from the probe means
+    the server names another ``TJWATER_OIDC_CLIENT_ID`` — a deployment fix, not "not verified"."""
+    bearer = token(scopes=BIND)  # the host client's: what a server with another service client refuses
+    check = LiveCheck(f"{product_server.url}/mcp", bearer, project=None, context_handle=None, service_client=True)
+    assert check.cancellation() == Check(
+        "cancellation", "misconfigured", "the probe refused this service's client (TJWATER_OIDC_CLIENT_ID)"
+    )

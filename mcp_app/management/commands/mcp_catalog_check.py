@@ -197,7 +197,11 @@ class Command(BaseCommand):
         if not token:
             raise CommandError("--url needs --token or --client-credentials", returncode=EXIT_MISCONFIGURED)
         checks = LiveCheck(
-            mcp_endpoint(options["url"]), token, project=options["project"], context_handle=options["context_handle"]
+            mcp_endpoint(options["url"]),
+            token,
+            project=options["project"],
+            context_handle=options["context_handle"],
+            service_client=bool(options["client_credentials"]),
         ).run()
         status = overall(checks)
         verdict = {"ok": "ready", "not_ready": "not ready", "misconfigured": "misconfigured"}[status]
