@@ -224,7 +224,7 @@ POSTGRESQL = {"db.system.name": "postgresql"}
 def _sql_attributes(sql: str) -> dict[str, Any]:
     # The statement's text as compiled, with %s placeholders: never its parameters.
     operation = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
-    return {**POSTGRESQL, "db.operation.name": operation[:16], "db.query.text": sql[:2000]}
+    return {**POSTGRESQL, "db.operation.name": operation[:16], "db.query.text": sql[:8000]}
 
 
 def traced_statement(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:

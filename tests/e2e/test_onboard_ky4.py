@@ -124,7 +124,7 @@ def test_ky4_onboarded_in_its_own_crs(
         pytest.approx(pressure_m * PSI_PER_M), "psi")  # fmt: skip
     assert pressure["units"]["head"] == "ft" and pressure["units"]["quality"] == "%"  # ky4 runs a TRACE
 
-    api = dev_issuer.mint_token(subject=SUB, client_id=factories.HOST_CLIENT, scopes=[], ttl_s=600,
+    api = dev_issuer.mint_token(subject=SUB, client_id=factories.HOST_CLIENT, scopes=["api.read"], ttl_s=600,
                                 audience="tjwater-api")  # fmt: skip
     rest = httpx2.get(f"{server.url}/api/v1/projects/{SLUG}/pumps/properties", params={"element_id": pump},
                       headers={"Authorization": f"Bearer {api}"}, timeout=30).json()  # fmt: skip

@@ -27,6 +27,7 @@ from evidence.services import (
     run_with_evidence,
     run_with_evidence_sync,
 )
+from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
 from queries.registry import tools_by_name
 from tests.evidence.conftest import EvidenceWorld, Investigation
@@ -74,7 +75,8 @@ def receipts(inv: Investigation) -> list[dict[str, Any]]:
 
 
 def snapshots(inv: Investigation) -> list[EvidenceSnapshot]:
-    return list(EvidenceSnapshot.objects.filter(task=inv.task))
+    """The snapshots the test's calls saved (the demo task also holds the seeded DEMO sample)."""
+    return list(EvidenceSnapshot.objects.filter(task=inv.task).exclude(source=DEMO_SAMPLE_SOURCE))
 
 
 @pytest.fixture
