@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from django.db import connection, transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from contexts.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused, RunSuperseded
@@ -576,3 +577,44 @@ def test_the_stale_sweep_fails_only_old_pending_receipts() -> None:
     assert receipts_fail_stale() >= 1
     states = dict(QueryReceipt.objects.filter(task=leased.task).values_list("request_key", "state"))
     assert states == {"p": "failed", "f": "failed"}
+
+
+def test_a_running_call_keeps_its_receipt_fresh_past_the_stale_cutoff(
+    fresh: Investigation, world: EvidenceWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 item 7: the stale cutoff is one budget plus a grace, but a plan may run longer (several
+    statements, slot waits). A live call heartbeats its receipt, so the sweep (or a retry) never takes it
+    over while it runs, and the call saves its evidence. Budget 1 s and grace 0.5 s: cutoff 1.5 s, beats
+    every 0.5 s; the query takes 3 s and the sweep runs at 2.2 s."""
+    from evidence import services as evidence_services
+
+    monkeypatch.setattr(evidence_services, "STALE_GRACE_S", 0.5)
+    scope = world.bind("task_execution", investigation=fresh)
+    swept: list[int] = []
+
+    async def slow() -> dict[str, Any]:
+        await anyio.sleep(2.2)
+        swept.append(await anyio.to_thread.run_sync(lambda: _closing_sweep()))
+        await anyio.sleep(0.8)
+        return await in_thread(query(scope, "get_element_properties", ELEMENT, runs=[]))()
+
+    with override_settings(TJWATER_MCP_QUERY_BUDGET_S=1):
+        result = anyio.run(
+            lambda: run_with_evidence(
+                scope=scope,
+                tool="get_element_properties",
+                arguments=ELEMENT,
+                meta={REQUEST_KEY_META: "beat"},
+                execute=slow,
+            )
+        )
+    assert swept == [0]  # the sweep found nothing stale
+    assert result["evidence_id"] == str(snapshots(fresh)[0].pk)
+    assert [r["state"] for r in receipts(fresh)] == ["complete"]
+
+
+def _closing_sweep() -> int:
+    try:
+        return receipts_fail_stale()
+    finally:
+        connection.close()
