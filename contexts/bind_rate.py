@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
 
-import redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
 from contexts.errors import DataSourceUnavailable, RateLimited
+from contexts.redis_script import LazyScript
 
 KEY_PREFIX = "tjwater:bind-rate:"
 
@@ -50,25 +49,12 @@ redis.call('PEXPIRE', KEYS[1], math.ceil(burst * 1000 / rate) + 1000)
 return {allowed, wait_ms}
 """
 
-_client: redis.Redis | None = None
-_script: object | None = None
-_lock = threading.Lock()
-
-
-def _take_script() -> tuple[redis.Redis, object]:
-    global _client, _script
-    with _lock:
-        if _client is None:
-            _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1.0, socket_timeout=1.0)
-            _script = _client.register_script(_TAKE)
-        return _client, _script
+_take = LazyScript(_TAKE, timeout_s=1.0)
 
 
 def reset() -> None:
     """Forget the process's client (tests that change ``REDIS_URL``)."""
-    global _client, _script
-    with _lock:
-        _client, _script = None, None
+    _take.reset()
 
 
 def bucket_key(*, issuer: str, subject: str) -> str:
@@ -82,9 +68,8 @@ def take_bind_token(*, issuer: str, subject: str) -> None:
     burst = int(settings.TJWATER_BIND_BURST)
     if rate <= 0:
         return  # the limit is switched off by configuration
-    _, script = _take_script()
     try:
-        allowed, wait_ms = script(keys=[bucket_key(issuer=issuer, subject=subject)], args=[rate, burst])  # type: ignore[operator]
+        allowed, wait_ms = _take(keys=[bucket_key(issuer=issuer, subject=subject)], args=[rate, burst])
     except RedisError:
         raise DataSourceUnavailable("The rate limiter is unavailable; retry shortly.") from None
     if not int(allowed):

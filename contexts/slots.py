@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import redis
 from django.conf import settings
 from redis.exceptions import RedisError
 
 from contexts.errors import DataSourceUnavailable, RateLimited
+from contexts.redis_script import LazyScript
 
 logger = logging.getLogger(__name__)
 
@@ -56,25 +55,12 @@ def slot_key(principal_id: int, project_id: int) -> str:
     return f"tjwater:mcp:inflight:{principal_id}:{project_id}"
 
 
-_client: redis.Redis | None = None
-_acquire: object | None = None
-_lock = threading.Lock()
-
-
-def _script() -> tuple[redis.Redis, object]:
-    global _client, _acquire
-    with _lock:
-        if _client is None:
-            _client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2.0, socket_timeout=2.0)
-            _acquire = _client.register_script(ACQUIRE_SCRIPT)
-        return _client, _acquire
+_acquire = LazyScript(ACQUIRE_SCRIPT, timeout_s=2.0)
 
 
 def reset() -> None:
     """Forget the process's client (tests that change ``REDIS_URL``)."""
-    global _client, _acquire
-    with _lock:
-        _client, _acquire = None, None
+    _acquire.reset()
 
 
 @contextmanager
@@ -82,12 +68,12 @@ def rest_slot(principal_id: int, project_id: int) -> Iterator[None]:
     """Hold one of the principal's in-flight slots on the project for a REST request, or refuse at once
     with ``RateLimited`` (all taken) / ``DataSourceUnavailable`` (Redis unreachable: fail closed, as the
     MCP edge does)."""
-    client, acquire = _script()
+    client, acquire = _acquire.get()
     key, lease_id = slot_key(principal_id, project_id), secrets.token_hex(12)
     lease_ms = (settings.TJWATER_MCP_QUERY_BUDGET_S + REST_LEASE_GRACE_S) * 1000
     limit = settings.TJWATER_MCP_MAX_CONCURRENT
     try:
-        acquired = acquire(keys=[key], args=[limit, lease_ms, lease_id])  # type: ignore[operator]
+        acquired = acquire(keys=[key], args=[limit, lease_ms, lease_id])
     except RedisError as exc:
         logger.warning("concurrency limiter unavailable error_class=%s", type(exc).__name__)
         raise DataSourceUnavailable("The query limiter is temporarily unavailable; retry shortly.") from None

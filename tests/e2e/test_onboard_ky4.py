@@ -20,7 +20,7 @@ from pyproj import Transformer
 from contexts import dev_issuer
 from contexts.models import Principal, Project
 from contexts.services import context_create, tool_catalog
-from queries.importer.epanet import wntr_network_path
+from queries.importer.epanet import local_day_start, wntr_network_path
 from tests.conftest import ServerProcess
 from tests.contexts import factories
 from tests.mcp_app.conftest import call_tool_raw
@@ -108,7 +108,8 @@ def test_ky4_onboarded_in_its_own_crs(
 
     # 3. Pump power and pressure in SI, then in US units, with their labels; REST answers the same.
     pump = "~@Pump-1"
-    at = "2026-11-01T00:00:00Z"
+    with django_db_blocker.unblock():  # the baseline simulates the project's current local day
+        at = local_day_start(Project.objects.get(slug=SLUG)).isoformat()
     power = call("get_element_properties", element_type="pump", element_id=pump)
     assert (power["data"]["properties"]["power"], power["units"]["power"]) == (pytest.approx(150 * HP_W), "W")
     pressure = call("get_model_baseline_at_time", element_type="junction", element_id="J-1", time=at)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ from tests.queries.factories import service_scope
 
 INP = Path(__file__).parent / "data" / "units_us.inp"
 AT = "2026-11-01T00:30:00Z"
+# The baseline is simulated on the fixed day the times above name (the default is the project's current day).
+START = datetime(2026, 11, 1, tzinfo=UTC)
 FT, IN, GPM, HP = 0.3048, 0.0254, 0.0037854117840 / 60, 745.69987158227022
 PSI_PER_M = 1.4223343307  # pint's m_H2O (conventional water density)
 
@@ -48,7 +51,9 @@ def _scopes(project: Project) -> tuple[QueryScope, QueryScope]:
 
 @pytest.fixture
 def chlorine(project: Project, tmp_path: Path) -> tuple[QueryScope, QueryScope]:
-    import_network(project=project, inp_path=_inp(tmp_path, "Chlorine mg/L"), baseline_hours=1, step_minutes=30)
+    import_network(
+        project=project, inp_path=_inp(tmp_path, "Chlorine mg/L"), baseline_hours=1, step_minutes=30, start=START
+    )
     return _scopes(project)
 
 
@@ -163,7 +168,7 @@ def test_chemical_quality_in_mg_per_litre(chlorine: tuple[QueryScope, QueryScope
 
 
 def test_water_age_in_seconds_or_hours(project: Project, tmp_path: Path) -> None:
-    import_network(project=project, inp_path=_inp(tmp_path, "Age"), baseline_hours=1, step_minutes=30)
+    import_network(project=project, inp_path=_inp(tmp_path, "Age"), baseline_hours=1, step_minutes=30, start=START)
     si, us = _scopes(project)
     assert si.quality_type == "AGE"
     # The .inp's initial quality of J1 is 1.0 — for an age simulation, 1 hour: 3600 s at the start.
@@ -175,7 +180,7 @@ def test_water_age_in_seconds_or_hours(project: Project, tmp_path: Path) -> None
 
 
 def test_trace_in_percent(project: Project, tmp_path: Path) -> None:
-    import_network(project=project, inp_path=_inp(tmp_path, "Trace R1"), baseline_hours=1, step_minutes=30)
+    import_network(project=project, inp_path=_inp(tmp_path, "Trace R1"), baseline_hours=1, step_minutes=30, start=START)
     si, us = _scopes(project)
     for scope in (si, us):
         values, units = _baseline(scope, "reservoir", "R1")
