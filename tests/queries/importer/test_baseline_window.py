@@ -112,6 +112,7 @@ def test_the_rolling_baseline_computes_only_what_is_missing(net1: Project, setti
         (lo, datetime(2026, 5, 9, 23, tzinfo=UTC)),
         (datetime(2026, 5, 10, 7, tzinfo=UTC), hi),
     ]
+
     # Other projects of the test database with a kept .inp (committed by other tests) roll too: count ours.
     def ours(windows: list[str]) -> list[str]:
         return [w for w in windows if w.startswith(f"{net1.slug} ")]
