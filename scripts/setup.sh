@@ -53,6 +53,10 @@ fi
 if ! command -v redis-server >/dev/null 2>&1; then
   apt_install redis-server
 fi
+# openssl makes the self-signed certificate of the limiter's TLS test (tests/mcp_app/test_limits.py).
+if ! command -v openssl >/dev/null 2>&1; then
+  apt_install openssl
+fi
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   say "starting Redis"
   mkdir -p /var/lib/redis /var/log/redis
