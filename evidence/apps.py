@@ -14,6 +14,6 @@ class EvidenceConfig(AppConfig):
         )
         # The demo seed (a lower layer) runs what higher apps register (STYLE: no upward import).
         from evidence.demo import seed_demo_sample
-        from queries.demo.seed import register_demo_seeder
+        from queries.demo.seeders import register_demo_seeder
 
         register_demo_seeder(seed_demo_sample)

@@ -29,13 +29,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
-import pint
 
-_ureg = pint.UnitRegistry()
-_ureg.define("gpm = gallon / minute")
-_ureg.define("MGD = 1e6 * gallon / day")
-_ureg.define("cfs = foot ** 3 / second")
+@cache
+def _registry() -> Any:
+    """pint's registry with the historians' extra units, built on the first conversion: the models import
+    this module, and a server process that never converts should not load pint (≈ 20 MB)."""
+    import pint
+
+    ureg = pint.UnitRegistry()
+    ureg.define("gpm = gallon / minute")
+    ureg.define("MGD = 1e6 * gallon / day")
+    ureg.define("cfs = foot ** 3 / second")
+    return ureg
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,9 @@ def conversion(quantity: str, unit: str) -> Conversion:
         if unit.strip().lower() not in ("on/off", "1", "state"):
             raise UnitError(f"pump_status is reported as on/off, not {unit!r}")
         return Conversion(1.0, 0.0)
+    import pint
+
+    _ureg = _registry()
     name = _pint_name(unit)
     try:
         native = _ureg.Unit(name)

@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import time as _time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from wntr.network import WaterNetworkModel
 from contexts.models import ExecutionRequest, Membership, Principal, Project, Task, TaskReport, TaskRun
 from queries.demo import analysis as demo_analysis
 from queries.demo import scada as demo_scada
+from queries.demo.seeders import DEMO_SEEDERS
 from queries.importer.copy import copy_rows, linestring_ewkt, point_ewkt
 from queries.importer.epanet import (
     NetworkGeometry,
@@ -118,19 +118,8 @@ class _Network:
     results: object
 
 
-#: Seeders of higher apps, registered from their ``AppConfig.ready()`` (e.g. evidence's DEMO sample):
-#: called with the demo project after the demo's own rows, and again by ``ensure_demo_loaded`` on a demo
-#: seeded before they existed — each adds only what is missing and returns the rows it added by kind.
-_DEMO_SEEDERS: list[Callable[..., dict[str, int]]] = []
-
-
-def register_demo_seeder(seeder: Callable[..., dict[str, int]]) -> None:
-    if seeder not in _DEMO_SEEDERS:
-        _DEMO_SEEDERS.append(seeder)
-
-
 def _run_demo_seeders(demo: Project, summary: SeedSummary | None = None) -> None:
-    for seeder in _DEMO_SEEDERS:
+    for seeder in DEMO_SEEDERS:
         added = seeder(project=demo)
         if summary is not None:
             _add(summary, added)
