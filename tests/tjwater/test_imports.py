@@ -15,10 +15,7 @@ HEAVY = ("wntr", "pandas", "pyarrow", "matplotlib", "networkx")
 
 
 def test_the_asgi_application_does_not_import_the_simulation_stack():
-    code = (
-        "import json, sys; import tjwater.asgi; "
-        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"
-    )
+    code = f"import json, sys; import tjwater.asgi; print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
