@@ -25,7 +25,12 @@ logger = logging.getLogger(__name__)
 
 # Redis's own clock (TIME inside the script, allowed since Redis 5's effects replication): leases from
 # several hosts are compared on one clock, and acquiring costs one round trip.
+# ARGV[4..]: leases of this key to give back first (a process's finished calls whose release rides on its
+# next acquire of the key, ``mcp_app.limits``); none from the REST edge.
 ACQUIRE_SCRIPT = """
+if #ARGV > 3 then
+  redis.call('ZREM', KEYS[1], unpack(ARGV, 4))
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

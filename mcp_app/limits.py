@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 #: Per command: connect and reply timeouts (seconds) of the limiter's Redis client.
 REDIS_TIMEOUT_S = 2.0
 
+#: How long a finished call's lease may wait in the process for the next acquire of its key to take it
+#: along before it is given back on its own (other processes see the slot held at most this much longer).
+RELEASE_DELAY_S = 0.005
+
 # The scripts and the key are shared with the REST edge (``contexts.slots``): one principal × project
 # has one set of slots, whichever edge its calls come through.
 _ACQUIRE = ACQUIRE_SCRIPT
@@ -65,11 +69,15 @@ def redis_client(url: str) -> aioredis.Redis:
 class ConcurrencyLimiter:
     """Acquire/release in-flight slots in Redis (one instance per process), on the event loop.
 
-    One round trip to acquire (the Lua script, ``EVALSHA``, loaded on the first ``NOSCRIPT``), one to
-    release (``ZREM``, sent without the call waiting for it). Live leases are refreshed by one task per
-    process (``run_heartbeat``): every third of the lease time, all of them in one pipelined round trip
-    — a call itself costs no timer. A retried acquire (the link dropped after the script ran) can hold
-    one extra lease until it expires: fewer slots for a moment, never more."""
+    One round trip to acquire (the Lua script, ``EVALSHA``, loaded on the first ``NOSCRIPT``). Releasing
+    costs a call no round trip of its own: the finished lease waits at most ``RELEASE_DELAY_S`` in the
+    process, and the next acquire of the same key takes it along (the script removes it before counting)
+    — else one pipelined ``ZREM`` per key gives back everything waiting. So a slot is never counted free
+    early, only up to ``RELEASE_DELAY_S`` late for other processes; at c=1 a call costs one Redis round
+    trip instead of two (the profile is in ``mcp_app/README.md``). Live leases are refreshed by one task
+    per process (``run_heartbeat``): every third of the lease time, all of them in one pipelined round
+    trip — a call itself costs no timer. A retried acquire (the link dropped after the script ran) can
+    hold one extra lease until it expires: fewer slots for a moment, never more."""
 
     def __init__(self, redis_url: str, *, max_concurrent: int, lease_s: float) -> None:
         self._redis = redis_client(redis_url)
@@ -80,20 +88,27 @@ class ConcurrencyLimiter:
         self.live: set[Lease] = set()
         self._releases: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
+        # Finished leases not yet given back, by key (``release_soon``), and the timer that flushes them.
+        self._finished: dict[str, list[str]] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
 
     @telemetry.traced("redis slot.acquire", **{"db.system.name": "redis"})
     async def acquire(self, principal_id: int, project_id: int) -> Lease:
         """Take one slot or raise ``RateLimited`` at once if all are taken (``DataSourceUnavailable``
         when Redis cannot be reached: fail closed)."""
         lease = Lease(key=slot_key(principal_id, project_id), lease_id=secrets.token_hex(12))
+        finished = self._finished.pop(lease.key, ())
         try:
-            acquired = await self._acquire(keys=[lease.key], args=[self.max_concurrent, self.lease_ms, lease.lease_id])
+            acquired = await self._acquire(
+                keys=[lease.key], args=[self.max_concurrent, self.lease_ms, lease.lease_id, *finished]
+            )
         except RedisError as exc:
+            self._give_back_later(lease.key, finished)  # the script may not have run: ZREM is idempotent
             logger.warning("concurrency limiter unavailable error_class=%s", type(exc).__name__)
             raise DataSourceUnavailable("The query limiter is temporarily unavailable; retry shortly.") from None
         except asyncio.CancelledError:
             # The script may have taken the slot before the call was cancelled: give it back.
-            asyncio.get_running_loop().create_task(self.release(lease))
+            self._give_back_later(lease.key, [*finished, lease.lease_id])
             raise
         if not acquired:
             metrics.LIMITER_REFUSALS_TENANT.inc()
@@ -106,14 +121,42 @@ class ConcurrencyLimiter:
         return lease
 
     def release_soon(self, lease: Lease) -> bool:
-        """Give the slot back without the call waiting for Redis's reply: the ``ZREM`` is sent by a task
-        of its own (started before the call answers), so the round trip is off the call's critical
-        path. Always True (the signature keeps the fallback to ``await release``)."""
+        """Give the slot back without the call waiting for Redis: the lease rides on the next acquire of
+        its key, or is flushed within ``RELEASE_DELAY_S``. Always True (the signature keeps the fallback
+        to ``await release``)."""
         self.live.discard(lease)
-        task = asyncio.get_running_loop().create_task(self._zrem(lease))
+        self._give_back_later(lease.key, (lease.lease_id,))
+        return True
+
+    def _give_back_later(self, key: str, lease_ids: Any) -> None:
+        if not lease_ids:
+            return
+        self._finished.setdefault(key, []).extend(lease_ids)
+        if self._flush_timer is None:
+            self._flush_timer = asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_timer = None
+        task = asyncio.get_running_loop().create_task(self.flush())
         self._releases.add(task)  # a strong reference until it is done
         task.add_done_callback(self._releases.discard)
-        return True
+
+    async def flush(self) -> None:
+        """Give back every finished lease still waiting: one ``ZREM`` per key, pipelined."""
+        finished, self._finished = self._finished, {}
+        if not finished:
+            return
+        try:
+            if len(finished) == 1:
+                [(key, ids)] = finished.items()
+                await self._redis.zrem(key, *ids)
+            else:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for key, ids in finished.items():
+                        pipe.zrem(key, *ids)
+                    await pipe.execute()
+        except RedisError as exc:  # the leases then expire on their own
+            logger.warning("slot release failed error_class=%s", type(exc).__name__)
 
     async def _zrem(self, lease: Lease) -> None:
         try:
@@ -156,6 +199,10 @@ class ConcurrencyLimiter:
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             self._heartbeat = None
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        await self.flush()
         if self._releases:
             await asyncio.gather(*self._releases, return_exceptions=True)
         await self._redis.aclose()

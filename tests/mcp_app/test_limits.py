@@ -143,3 +143,69 @@ def test_after_a_killed_connection_the_next_command_is_fast() -> None:
         assert asyncio.run(run()) < 0.5  # not the 2 s timeout
     finally:
         admin.close()
+
+
+def test_a_finished_lease_rides_on_the_next_acquire_of_its_key() -> None:
+    """Released with ``release_soon``, a lease is removed by the next acquire's script (one round trip per
+    call, no ``ZREM`` of its own), and never counted free early: the set never holds more than the limit."""
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    key = slot_key(PRINCIPAL, PROJECT)
+
+    async def run() -> tuple[list[int], list[str]]:
+        limiter = _limiter(settings.REDIS_URL)
+        sent: list[str] = []  # the commands the limiter's own client sends (a count, nothing replaced)
+        execute = limiter._redis.execute_command
+
+        async def counting(*args: object, **options: object) -> object:
+            sent.append(str(args[0]).upper())
+            return await execute(*args, **options)
+
+        limiter._redis.execute_command = counting  # type: ignore[method-assign]
+        held: list[int] = []
+        try:
+            for _ in range(20):
+                lease = await limiter.acquire(PRINCIPAL, PROJECT)
+                held.append(int(observer.zcard(key)))
+                assert limiter.release_soon(lease)
+            return held, sent
+        finally:
+            await limiter.aclose()
+
+    try:
+        held, sent = asyncio.run(run())
+        # The previous call's lease was removed by this acquire: only this call's slot is held.
+        assert held == [1] * 20
+        # One round trip per call; the last lease given back by aclose's flush.
+        assert sent.count("ZREM") == 1 and len([c for c in sent if c.startswith("EVAL")]) >= 20
+        assert len(sent) <= 22  # + at most one SCRIPT LOAD / EVAL after the first NOSCRIPT
+        assert observer.zcard(key) == 0
+    finally:
+        observer.delete(key)
+        observer.close()
+
+
+def test_a_finished_lease_is_given_back_within_the_release_delay_without_another_call() -> None:
+    from mcp_app.limits import RELEASE_DELAY_S
+
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    key = slot_key(PRINCIPAL, PROJECT)
+
+    async def run() -> tuple[int, int]:
+        limiter = _limiter(settings.REDIS_URL)
+        try:
+            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            limiter.release_soon(lease)
+            right_after = int(observer.zcard(key))
+            deadline = time.monotonic() + RELEASE_DELAY_S + 1.0
+            while observer.zcard(key) and time.monotonic() < deadline:
+                await asyncio.sleep(0.002)
+            return right_after, int(observer.zcard(key))
+        finally:
+            await limiter.aclose()
+
+    try:
+        right_after, later = asyncio.run(run())
+        assert (right_after, later) == (1, 0)  # held until the flush, then free with no other call
+    finally:
+        observer.delete(key)
+        observer.close()
