@@ -137,6 +137,8 @@ class ConcurrencyLimiter:
 
     def _flush_soon(self) -> None:
         self._flush_timer = None
+        if not self._finished:  # the next acquires took every finished lease along: nothing to send
+            return
         task = asyncio.get_running_loop().create_task(self.flush())
         self._releases.add(task)  # a strong reference until it is done
         task.add_done_callback(self._releases.discard)
