@@ -46,6 +46,7 @@ from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.metrics import PoolSampler
 from mcp_app.probe import CancellationProbe, is_service_client
+from mcp_app.sdk import dns_rebinding_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
 from mcp_app.transport import SingleExchange, read_body
 from tjwater import health, metrics, telemetry
@@ -92,30 +93,23 @@ def transport_security() -> TransportSecuritySettings:
     domain and all its subdomains, ``*`` for any host — and ``Origin`` must be one of
     ``TJWATER_MCP_ALLOWED_ORIGINS`` (default: the resource URI's origin), ``*`` included.
 
-    The SDK (mcp 2.3.0, ``TransportSecurityMiddleware._validate_host``) only knows exact values and
-    ``name:*`` for any port, so ``.example.com`` cannot be written as its patterns. It decides with
-    ``host in settings.allowed_hosts``: the settings carry a list whose membership test is Django's own
-    ``validate_host``, built with ``model_construct`` (validation would turn it into a plain list).
-    tests/tjwater/test_asgi.py pins this over real HTTP (a subdomain passes, a foreign host gets 421).
+    The SDK knows no Django host patterns: ``mcp_app.sdk.dns_rebinding_settings`` makes it ask Django's
+    own ``validate_host``. tests/tjwater/test_asgi.py pins this over real HTTP (a subdomain passes, a
+    foreign host gets 421).
     """
     from django.http.request import split_domain_port, validate_host
 
     patterns = [str(host) for host in settings.ALLOWED_HOSTS]
 
-    class DjangoHostPatterns(list[str]):
-        def __contains__(self, host: object) -> bool:
-            if not isinstance(host, str):
-                return False
-            domain, _port = split_domain_port(host)
-            return bool(domain) and validate_host(domain, patterns)
+    def host_allowed(host: str) -> bool:
+        domain, _port = split_domain_port(host)
+        return bool(domain) and validate_host(domain, patterns)
 
     origins = list(settings.TJWATER_MCP_ALLOWED_ORIGINS)
     if not origins:
         parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
         origins = [f"{parts.scheme}://{parts.netloc}"]
-    return TransportSecuritySettings.model_construct(
-        enable_dns_rebinding_protection=True, allowed_hosts=DjangoHostPatterns(patterns), allowed_origins=origins
-    )
+    return dns_rebinding_settings(host_allowed=host_allowed, allowed_origins=origins)
 
 
 def _request_id(body: bytes | None) -> str | int | None:

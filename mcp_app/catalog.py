@@ -78,9 +78,11 @@ def declares_header_params(schema: Any) -> bool:
     """Whether ``validate_mcp_param_headers`` (SDK, ``mcp.shared.inbound``) has anything to compare for
     this schema: it checks only the annotated (``x-mcp-header``) positions of a valid declaration, so a
     schema with none — or with an invalid one, which the SDK ignores — can never be refused by it."""
-    from mcp.shared.inbound import _annotated_positions, find_invalid_x_mcp_header
+    from mcp.shared.inbound import find_invalid_x_mcp_header
 
-    return find_invalid_x_mcp_header(schema) is None and any(True for _ in _annotated_positions(schema))
+    from mcp_app.sdk import annotated_header_positions
+
+    return find_invalid_x_mcp_header(schema) is None and any(True for _ in annotated_header_positions(schema))
 
 
 def build_catalog() -> Catalog:

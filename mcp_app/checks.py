@@ -1,12 +1,15 @@
 """System checks for the MCP endpoint settings (STYLE "settings"): a misconfigured endpoint fails at
-start-up, not on the first call."""
+start-up, not on the first call. Also the versions of ``mcp`` and Django whose private parts
+``mcp_app.sdk`` and ``mcp_app.django_internals`` were verified against."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import metadata
 from typing import Any
 from urllib.parse import urlsplit
 
+import django
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -67,3 +70,62 @@ def check_service_client() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_verified_versions(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """The installed ``mcp`` and Django are the releases whose private parts this code was verified
+    against (issue 18 §3): ``mcp_app/sdk.py`` and ``mcp_app/django_internals.py`` fence them, and an
+    upgrade means re-reading each fenced name in the new release before its verified version is moved on.
+    Either module failing to import (a fenced name is gone) is reported here too, with the exception."""
+    errors: list[CheckMessage] = []
+    try:
+        from mcp_app import sdk
+    except ImportError as exc:
+        errors.append(
+            Error(
+                f"mcp_app/sdk.py cannot import from the installed mcp {installed_version('mcp')}: {exc}",
+                hint="Re-verify every name fenced in mcp_app/sdk.py against this release, or install the "
+                "pinned mcp (requirements.lock).",
+                id="mcp_app.E008",
+            )
+        )
+    else:
+        mcp_version = installed_version("mcp")
+        if mcp_version != sdk.VERIFIED_MCP_VERSION:
+            errors.append(
+                Error(
+                    f"mcp {mcp_version} is installed; mcp_app/sdk.py was verified against mcp "
+                    f"{sdk.VERIFIED_MCP_VERSION}.",
+                    hint="Re-verify these in the new release, then move VERIFIED_MCP_VERSION: " + "; ".join(sdk.FENCED),
+                    id="mcp_app.E008",
+                )
+            )
+    try:
+        from mcp_app import django_internals
+    except ImportError as exc:
+        errors.append(
+            Error(
+                f"mcp_app/django_internals.py cannot import from the installed Django {django.get_version()}: {exc}",
+                hint="Re-verify every name fenced in mcp_app/django_internals.py against this release.",
+                id="mcp_app.E009",
+            )
+        )
+    else:
+        if tuple(django.VERSION[:2]) != django_internals.VERIFIED_DJANGO:
+            verified = ".".join(map(str, django_internals.VERIFIED_DJANGO))
+            errors.append(
+                Error(
+                    f"Django {django.get_version()} is installed; mcp_app/django_internals.py was verified "
+                    f"against Django {verified}.x.",
+                    hint="Re-verify these in the new release, then move VERIFIED_DJANGO: "
+                    + "; ".join(django_internals.FENCED),
+                    id="mcp_app.E009",
+                )
+            )
+    return errors
+
+
+def installed_version(distribution: str) -> str:
+    """The installed version of a distribution (from its metadata, not a ``__version__``)."""
+    return metadata.version(distribution)

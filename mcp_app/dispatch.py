@@ -8,9 +8,10 @@ full → ``RATE_LIMITED`` at once) → take the tenant's in-flight slot in Redis
 ``RATE_LIMITED`` at once) → check out a pooled connection → run the service's plan with the async driver
 (``executor``; cancellable down to PostgreSQL, statement timeout = the query budget) → give back the
 connection, then the slot (both shielded: a cancelled call keeps its slot until its statement has
-really stopped) → ``_after_service`` (the one place a task-purpose call's result passes before it is
-shaped — evidence and receipts will hook in there, keyed by ``_meta["cn.tjwater/requestKey"]``) → shape
-the result (envelope, inline size cap) → one log line.
+really stopped) → shape the result (envelope, inline size cap) → one log line. A task-purpose call of a
+tool that saves evidence runs its plan inside ``evidence.services.run_with_evidence`` instead (R-EVID-1..3:
+the receipt claimed before the query, keyed by ``_meta["cn.tjwater/requestKey"]``; the snapshot saved
+before the result is returned; its reply is ``evidence_call_result``).
 
 No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query)
 and 2 Redis round trips (acquire, release) per one-statement tool.
@@ -71,9 +72,6 @@ from queries.arguments import bad_text_path
 
 logger = logging.getLogger("tjwater.mcp")
 audit = logging.getLogger("tjwater.audit")
-
-#: Where a client puts the idempotency key of a task-purpose call (evidence receipts, R-EVID).
-REQUEST_KEY_META_KEY = "cn.tjwater/requestKey"
 
 
 def _schema_error_detail(error: SchemaValidationError) -> str:

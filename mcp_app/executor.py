@@ -58,18 +58,21 @@ from django.db import connections
 from django.db.models import Count, QuerySet
 from django.db.models.expressions import Col
 from django.db.models.lookups import Lookup
-from django.db.models.query import (
-    FlatValuesListIterable,
-    NamedValuesListIterable,
-    ValuesIterable,
-    ValuesListIterable,
-    create_namedtuple_class,
-)
 from django.db.models.sql.where import WhereNode
 from psycopg.pq import ExecStatus
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from contexts.errors import DataSourceUnavailable, QueryTimeout
+from mcp_app.django_internals import (
+    FlatValuesListIterable,
+    NamedValuesListIterable,
+    ValuesIterable,
+    ValuesListIterable,
+    create_namedtuple_class,
+    iterable_class,
+    prefetch_lookups,
+    values_fields,
+)
 from queries.plan import Bound, CountOf, Plan, Raw, Statement, raw_rows, remaining_ms
 from tjwater import metrics, telemetry
 
@@ -214,14 +217,14 @@ def _shape_key(kind: str, queryset: QuerySet[Any]) -> tuple[tuple[Any, ...], lis
         or q.extra_order_by
         or q.extra_tables
         or q.subquery
-        or queryset._prefetch_related_lookups
+        or prefetch_lookups(queryset)
     ):
         raise _NotCacheable
     key: list[Any] = [
         kind,
         q.model,
-        queryset._iterable_class,
-        queryset._fields,
+        iterable_class(queryset),
+        values_fields(queryset),
         q.values_select,
         tuple(q.selected.items()) if q.selected else None,
         q.select,
@@ -342,7 +345,7 @@ def _converter_connection() -> Any:
 
 
 def _row_kind(queryset: QuerySet[Any]) -> str:
-    iterable = queryset._iterable_class
+    iterable = iterable_class(queryset)
     if iterable is ValuesIterable:
         return "values"
     if iterable is FlatValuesListIterable:
@@ -371,7 +374,7 @@ def _compile_query(query: Any, kind: str, queryset: QuerySet[Any] | None) -> tup
         names = (*query.extra_select, *query.values_select, *query.annotation_select)
     tuple_class = None
     if kind == "named":
-        tuple_class = create_namedtuple_class(*(queryset._fields or names))
+        tuple_class = create_namedtuple_class(*(values_fields(queryset) or names))
     shape = _Shape(
         sql,
         (),

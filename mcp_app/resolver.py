@@ -1,15 +1,15 @@
 """The one place a call's ``QueryScope`` (project, principal, permissions, purpose) is decided.
 
 Input is the verified token and the ``context_handle`` the caller sent; nothing else in a tool's input
-can choose the project (R-TOOL, R-CTX-6). The handle is resolved by
-``contexts.services.resolve_context`` (R-CTX-3), which re-checks the binding, the token's issuer,
-subject and client, expiry, revocation, the live membership and — for task purposes — the run and its
-lease, on every call, in every process.
+can choose the project (R-TOOL, R-CTX-6). The handle is resolved on the event loop with the statement and
+the checks of ``contexts.services.resolve_context`` (R-CTX-3), which re-check the binding, the token's
+issuer, subject and client, expiry, revocation, the live membership and — for task purposes — the run
+and its lease, on every call, in every process.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.utils import timezone
@@ -21,7 +21,6 @@ from contexts.services import (
     context_handle_acceptable,
     context_row_query_by_hash,
     hash_handle,
-    resolve_context,
 )
 from contexts.tokens import VerifiedToken
 from mcp_app.executor import Template
@@ -40,25 +39,6 @@ def _handle(value: object, missing: str | None = None) -> str:
         # No handle: the caller is in a personal session or forgot to bind one (R-CTX-1).
         raise ProjectContextRequired(missing)
     return value
-
-
-def resolve_scope(*, token: VerifiedToken, arguments: Mapping[str, object], tool_name: str) -> QueryScope:
-    """Turn (verified token, ``arguments["context_handle"]``) into the call's ``QueryScope`` or raise an
-    ``ApplicationError``: ``ProjectContextRequired`` without a handle, ``ContextInvalid`` for a handle
-    that is unknown or bound to someone else, ``ToolNotInContext`` for a tool outside the binding, and
-    the other refusals of ``resolve_context``. Synchronous (ORM); the dispatch path runs it in the
-    worker thread of the call."""
-    # Only the binding's tools are checked here; the tool's permissions are checked by the dispatch path
-    # against this scope (``contexts.access.may_call``), so that a tool the caller may not use is
-    # answered as unknown (R-PROTO-3).
-    return resolve_context(handle=_handle(arguments.get("context_handle")), token=token, tool_name=tool_name)
-
-
-def resolve_resource_scope(*, token: VerifiedToken, meta: Mapping[str, object] | None) -> QueryScope:
-    """The ``QueryScope`` of a ``resources/read``: the handle comes from
-    ``_meta["cn.tjwater/contextHandle"]`` and is resolved without a tool (R-EVID-4, R-CTX-6)."""
-    handle = _handle((meta or {}).get(RESOURCE_HANDLE_META_KEY), RESOURCE_HANDLE_MISSING)
-    return resolve_context(handle=handle, token=token)
 
 
 _TEMPLATE: Template | None = None
@@ -80,10 +60,11 @@ Fetch = Callable[[Any], Awaitable[Any]]
 async def resolve_scope_async(
     *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
 ) -> QueryScope:
-    """``resolve_scope`` on the event loop: the same statement (``context_row_query``, compiled once as a
-    ``Template``) run through the MCP driver, then the same checks (``check_context``) — the row is
-    re-read from PostgreSQL on every call, never cached (R-CTX-3). Which tools the scope may call is
-    decided by the caller with ``contexts.access`` (one check per call)."""
+    """``contexts.services.resolve_context`` on the event loop: the same statement (``context_row_query``,
+    compiled once as a ``Template``) run through the MCP driver, then the same checks (``check_context``);
+    the row is re-read from PostgreSQL on every call, never cached (R-CTX-3). No handle →
+    ``ProjectContextRequired`` (``missing`` is its message). Which tools the scope may call is decided by
+    the caller with ``contexts.access`` (one check per call)."""
     value = _handle(handle, missing)
     if not context_handle_acceptable(value):
         raise ContextInvalid()

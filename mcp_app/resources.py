@@ -1,8 +1,8 @@
 """Evidence snapshots as MCP resources (R-EVID-4) and the inline reply of a saved result (R-PAGE-5).
 
 Called by the SDK handlers / dispatch *after* the context was resolved from
-``_meta["cn.tjwater/contextHandle"]`` (``mcp_app.resolver.resolve_resource_scope``, the same checks as a
-tool call): the URI ``tjwater://evidence/{evidence_id}`` names the evidence and carries no handle or
+``_meta["cn.tjwater/contextHandle"]`` (``mcp_app.dispatch.Dispatcher.resource_scope``, the same checks as
+a tool call): the URI ``tjwater://evidence/{evidence_id}`` names the evidence and carries no handle or
 token. Every answer is ``ttlMs=0``, ``cacheScope=private`` (R-PROTO-5).
 
 - ``list_evidence_resources(scope, cursor)`` — the bound task's readable evidence, newest first, 50 a

@@ -38,16 +38,6 @@ from typing import Any, Protocol
 
 import anyio
 import pydantic_core
-from mcp.server._streamable_http_modern import (  # the SDK's own answers for the cold paths
-    _INVALID_BODY,
-    _SSE_HEADERS,
-    _SSE_PING_INTERVAL,
-    _acknowledge_notification,
-    _is_notification_shaped,
-    _sse_event,
-    _write,
-    _write_rejection,
-)
 from mcp.server.connection import Connection
 from mcp.server.lowlevel.server import Server
 from mcp.server.runner import modern_error_data, serve_one
@@ -68,9 +58,19 @@ from mcp_types import HEADER_MISMATCH, PARSE_ERROR, ErrorData, JSONRPCError, JSO
 from pydantic import ValidationError
 from starlette.requests import Request
 
+from mcp_app.sdk import (  # the SDK's own answers for the cold paths
+    INVALID_BODY,
+    SSE_HEADERS,
+    SSE_PING_INTERVAL_S,
+    acknowledge_notification,
+    is_notification_shaped,
+    sse_event,
+    write_rejection,
+    write_reply,
+)
+
 logger = logging.getLogger(__name__)
 
-SSE_PING_INTERVAL_S: float = _SSE_PING_INTERVAL  # the SDK's window (15 s); TJWATER_MCP_SSE_PING_S sets ours
 _TOO_LARGE = b"Request body too large"
 
 
@@ -110,7 +110,7 @@ class _Exchange:
         if self.finished:
             return
         body = dict(params) if params is not None else None
-        await self._emit(_sse_event(JSONRPCNotification(jsonrpc="2.0", method=method, params=body)))
+        await self._emit(sse_event(JSONRPCNotification(jsonrpc="2.0", method=method, params=body)))
 
     async def progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self.progress_token is None:
@@ -126,7 +126,7 @@ class _Exchange:
         try:
             if not self.committed:
                 self.committed = True  # before the first await: a concurrent emit never sends a second start
-                await self._send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+                await self._send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
         except OSError:  # the client went away; the watcher cancels the request
             logger.debug("dropped an SSE frame: response stream closed")
@@ -254,15 +254,15 @@ class SingleExchange:
             decoded = json.loads(body)
         except (ValueError, RecursionError):
             rej = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=PARSE_ERROR, message="Parse error"))
-            await _write(rej, scope, receive, send)
+            await write_reply(rej, scope, receive, send)
             return
-        if _is_notification_shaped(decoded):
-            await _acknowledge_notification(decoded, request, scope, receive, send)
+        if is_notification_shaped(decoded):
+            await acknowledge_notification(decoded, request, scope, receive, send)
             return
         try:
             req = JSONRPCRequest.model_validate(decoded)
         except ValidationError:
-            await _write(_INVALID_BODY, scope, receive, send)
+            await write_reply(INVALID_BODY, scope, receive, send)
             return
         headers = request.headers
         duplicated = find_duplicated_routing_header(headers.items())
@@ -270,15 +270,15 @@ class SingleExchange:
             rejection = InboundLadderRejection(
                 code=HEADER_MISMATCH, message=f"{duplicated} header appears more than once"
             )
-            await _write_rejection(rejection, req.id, scope, receive, send)
+            await write_rejection(rejection, req.id, scope, receive, send)
             return
         verdict = classify_inbound_request(decoded, headers=dict(headers))
         if isinstance(verdict, InboundLadderRejection):
-            await _write_rejection(verdict, req.id, scope, receive, send)
+            await write_rejection(verdict, req.id, scope, receive, send)
             return
         param_rejection = self._param_rejection(req, headers)
         if param_rejection is not None:
-            await _write_rejection(param_rejection, req.id, scope, receive, send)
+            await write_rejection(param_rejection, req.id, scope, receive, send)
             return
         connection = Connection.from_envelope(
             verdict.protocol_version, verdict.client_info, verdict.client_capabilities

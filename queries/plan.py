@@ -24,8 +24,9 @@ What a plan may yield, and what it gets back:
   values (no queryset is built per call — issue 10). Write the hot statements of a tool this way.
 
 A service must not evaluate a queryset itself (no ``list(qs)``, ``.first()``, ``.count()``, ``.exists()``,
-``.aggregate()`` — each would run SQL outside the plan): ``tests/queries/test_plan.py`` checks that the
-sync run of every registry tool issues exactly the statements its plan yields.
+``.aggregate()`` — each would run SQL outside the plan). On the MCP driver such a query would run the ORM on
+the event loop and fail (``SynchronousOnlyOperation``), which ``tests/mcp_app/test_executor.py`` (every
+registry tool's samples on both drivers) shows; the services' own tests pin their query counts.
 """
 
 from __future__ import annotations

@@ -76,10 +76,12 @@ if [[ ! -x .venv/bin/python ]]; then
   say "creating .venv"
   "$PYTHON" -m venv .venv
 fi
-REQ_HASH=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
+# From the locks, hash-checked: every transitive dependency pinned with the hashes of its files
+# (requirements*.txt are the human-edited lists; scripts/lock.sh regenerates the locks from them).
+REQ_HASH=$(cat requirements.lock requirements-dev.lock | sha256sum | cut -c1-16)
 if [[ ! -f .venv/.req-$REQ_HASH ]]; then
-  say "installing Python requirements"
-  .venv/bin/pip install -q --disable-pip-version-check -r requirements.txt -r requirements-dev.txt
+  say "installing Python requirements (requirements.lock, requirements-dev.lock)"
+  .venv/bin/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock -r requirements-dev.lock
   rm -f .venv/.req-* && touch ".venv/.req-$REQ_HASH"
 fi
 

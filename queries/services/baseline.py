@@ -42,7 +42,6 @@ from queries.services.scada import check_targets, time_window
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_QUALITY, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "model_baseline"
-PERMISSION = "simulation.view"
 MAX_POINTS = 10000
 NODE_FIELDS: tuple[str, ...] = ("pressure", "head", "demand", "quality")
 LINK_FIELDS: tuple[str, ...] = ("flow", "velocity", "headloss", "status", "setting")

@@ -30,7 +30,6 @@ from queries.schemas.network import (
 )
 
 SOURCE = "model_network"
-PERMISSION = "webgis.view"
 
 
 def _schema_fields(element_type: str) -> list[str]:

@@ -34,7 +34,6 @@ from queries.schemas.scada import (
 )
 
 SOURCE = "scada"
-PERMISSION = "scada.view"
 MAX_TARGETS = 20
 MAX_WINDOW = timedelta(hours=24)
 MAX_POINTS = 10000

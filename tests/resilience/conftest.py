@@ -259,7 +259,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 def launch_server(env: dict[str, str], logs: Path, port: int | None = None) -> ServerProcess:
     """Start ``uvicorn tjwater.asgi:application`` with ``env`` on ``port`` (default: a free one) and wait
     until it answers ``/healthz``. Generous: on a loaded 2-core machine importing Django and the SDK
-    alone can take half a minute (tests/conftest.py's ``start_server`` waits 30 s)."""
+    alone can take half a minute: 90 s here (tests/conftest.py's ``start_server`` waits 60 s)."""
     port = port or free_port()
     env = {"TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp", "PYTHONFAULTHANDLER": "1", **env}
     log_path = logs / f"uvicorn-{port}.log"
