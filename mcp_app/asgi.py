@@ -60,6 +60,8 @@ MAX_REQUEST_BODY_BYTES = 256 * 1024
 # Token verifications that miss the per-process cache run in worker threads of their own (a JWKS fetch may
 # block): business calls never use threads, and authentication never waits behind them (issue 9 item 7).
 AUTH_THREADS = 4
+# Host values whose DNS-rebinding answer is remembered per process.
+HOST_MEMO_SIZE = 64
 # After a failed start-up, the next attempt (and the Retry-After of the 503 meanwhile).
 STARTUP_RETRY_S = 10
 DISABLED_BODY = {
@@ -101,9 +103,19 @@ def transport_security() -> TransportSecuritySettings:
 
     patterns = [str(host) for host in settings.ALLOWED_HOSTS]
 
+    # Every call asks with the same few Host values: the answer is kept per value (``Host`` is the
+    # caller's text, so the memo is bounded and a full one is simply not added to).
+    seen: dict[str, bool] = {}
+
     def host_allowed(host: str) -> bool:
+        known = seen.get(host)
+        if known is not None:
+            return known
         domain, _port = split_domain_port(host)
-        return bool(domain) and validate_host(domain, patterns)
+        allowed = bool(domain) and validate_host(domain, patterns)
+        if len(seen) < HOST_MEMO_SIZE:
+            seen[host] = allowed
+        return allowed
 
     origins = list(settings.TJWATER_MCP_ALLOWED_ORIGINS)
     if not origins:
