@@ -134,3 +134,64 @@ def test_killed_process_frees_its_slots(start_server: Callable[..., ServerProces
     # ...until the leases run out; then the slots are free again without anyone cleaning up.
     time.sleep(max(0.0, lease_s + 0.5 - (time.monotonic() - killed_at)))
     assert slow_result(mcp_server, "frank", 0.01)["isError"] is False
+
+
+def test_a_context_revoked_through_one_process_is_refused_by_the_other_on_its_next_call(
+    mcp_server: ServerProcess, mcp_server_b: ServerProcess, e2e_project: E2EProject
+) -> None:
+    """Issue 25: under load through both processes, a context revoked through process A (its REST API) is
+    refused by process B on the next call after the revocation answered — no process keeps a stale view
+    (both have the handle's tenant hint and its slots warm)."""
+    import threading
+
+    import httpx2
+
+    from tests.mcp_app.conftest import PROJECT_SLUG
+
+    # Bound through process A's binding API (committed: the test's own transaction is not the servers').
+    binder = {"Authorization": f"Bearer {token('erin', scopes='mcp.context.bind')}"}
+    created = httpx2.post(
+        f"{mcp_server.url}/api/v1/mcp-query-contexts",
+        json={"project": PROJECT_SLUG, "session_id": "revoke-across-processes", "purpose": "ordinary_chat"},
+        headers=binder,
+        timeout=10,
+    )
+    assert created.status_code == 201, created.text
+    own = created.json()["context_handle"]
+    stop = threading.Event()
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+
+    def hammer(server: ServerProcess, label: str) -> None:
+        while not stop.is_set():
+            reply = call_tool_raw(server, "test_slow_query", {"seconds": 0.001}, "erin", context_handle=own)
+            result = reply["result"]
+            seen[label].append("ok" if not result["isError"] else result["structuredContent"]["code"])
+
+    workers = [threading.Thread(target=hammer, args=(s, lbl)) for s, lbl in ((mcp_server, "a"), (mcp_server_b, "b"))]
+    for worker in workers:
+        worker.start()
+    try:
+        try:
+            wait_for(lambda: seen["a"].count("ok") >= 5 and seen["b"].count("ok") >= 5, timeout=20)
+        except AssertionError:
+            raise AssertionError({k: v[:5] for k, v in seen.items()}) from None
+        answer = httpx2.delete(
+            f"{mcp_server.url}/api/v1/mcp-query-contexts/{own}",
+            headers=binder,
+            timeout=10,
+        )
+        assert answer.status_code == 204, answer.text
+        # The first call on B that starts after the revocation answered is refused.
+        after = call_tool_raw(mcp_server_b, "test_slow_query", {"seconds": 0.001}, "erin", context_handle=own)
+        assert after["result"]["isError"] is True
+        assert after["result"]["structuredContent"]["code"] == "CONTEXT_REVOKED"
+        wait_for(lambda: len(seen["a"]) > 0 and len(seen["b"]) > 0, timeout=5)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(timeout=30)
+    for label in ("a", "b"):
+        codes = seen[label]
+        first_refused = next(i for i, code in enumerate(codes) if code != "ok")
+        # Once refused, never served again: every later call on that process is refused too.
+        assert set(codes[first_refused:]) == {"CONTEXT_REVOKED"}, (label, codes[first_refused:])
