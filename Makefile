@@ -43,3 +43,9 @@ bench-scada:
 # database. Figures: var/bench/baseline.json.
 bench-baseline:
 	.venv/bin/python scripts/bench_baseline.py $(BENCH_BASELINE_ARGS)
+
+.PHONY: bench-workers
+# /mcp with 1, 2 and 4 uvicorn workers at a fixed client CPU (issue 25): req/s, CPU per call, PostgreSQL
+# statements and Redis commands per call, query connections per worker. Figures: var/bench/workers.json.
+bench-workers: setup
+	.venv/bin/python scripts/bench_workers.py $(BENCH_WORKERS_ARGS)

@@ -334,8 +334,8 @@ def base_env(issuer: str, port: int) -> dict[str, str]:
     }
 
 
-def ensure_database(tiles: int, issuer: str) -> None:
-    """The benchmark database with the demo and the scale network (each loaded only once)."""
+def ensure_database(tiles: int, issuer: str, *, scale: bool = True) -> None:
+    """The benchmark database with the demo and (``scale``) the scale network (each loaded only once)."""
     admin = psycopg.connect("postgresql://postgres@127.0.0.1:5432/postgres", autocommit=True)
     if admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB]).fetchone() is None:
         admin.execute(f'CREATE DATABASE "{DB}"')
@@ -345,6 +345,8 @@ def ensure_database(tiles: int, issuer: str) -> None:
     env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
     manage("migrate", "--noinput", "-v", "0", env=env)
     manage("seed_demo", "--if-empty", env=env)
+    if not scale:
+        return
     with psycopg.connect(DSN) as conn:
         pipes = conn.execute(
             "SELECT count(*) FROM queries_pipe p JOIN contexts_project c ON c.id = p.project_id WHERE c.slug = %s",
@@ -355,9 +357,9 @@ def ensure_database(tiles: int, issuer: str) -> None:
         manage("generate_scale_network", "--tiles", str(tiles), "--project", SCALE, env=env)
 
 
-def grant(issuer: str, subject: str) -> None:
+def grant(issuer: str, subject: str, projects: tuple[str, ...] = (DEMO, SCALE)) -> None:
     env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
-    for project in (DEMO, SCALE):
+    for project in projects:
         manage(
             "membership_grant", "--project", project, "--issuer", issuer, "--sub", subject,
             "--permissions", ALL_PERMISSIONS, env=env,
