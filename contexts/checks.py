@@ -40,8 +40,4 @@ def check_context_settings(app_configs: Sequence[AppConfig] | None = None, **kwa
                 id="contexts.W001",
             )
         )
-    for name in ("TJWATER_TOOL_CATALOG_PROVIDER", "TJWATER_TASK_SCOPED_TOOLS_PROVIDER"):
-        value = getattr(settings, name, None)
-        if not isinstance(value, str) or value.count(".") < 1:
-            errors.append(Error(f"{name} must be a dotted path to a callable.", id="contexts.E004"))
     return errors

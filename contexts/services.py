@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -24,7 +24,6 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from contexts import access
 from contexts.errors import (
@@ -53,7 +52,9 @@ from contexts.models import (
 from contexts.scope import QueryScope
 
 if TYPE_CHECKING:
-    from contexts.tokens import VerifiedToken
+    from tjwater.registry import TOOLS
+from contexts.tokens import VerifiedToken
+from tjwater.registry import TOOLS
 
 logger = logging.getLogger(__name__)
 
@@ -120,20 +121,14 @@ class StaleRevocation:
 
 
 def tool_catalog() -> tuple[dict[str, frozenset[str]], frozenset[str]]:
-    """The live tool catalog for binding: (tool → required permissions, task-scoped tools), read from
-    the registry through the providers named in settings at call time (``contexts`` may not import
-    ``queries`` at import time, SPEC §0), narrowed by ``TJWATER_MCP_EXPOSED_TOOLS`` when it is set."""
-    provider: Callable[[], Mapping[str, Collection[str]]] = import_string(settings.TJWATER_TOOL_CATALOG_PROVIDER)
-    catalog = {name: frozenset(required) for name, required in provider().items()}
+    """The live tool catalog for binding: (tool → required permissions, task-scoped tools), read from the
+    project's tool registry (``tjwater.registry.TOOLS``: the apps register their families into it, so
+    ``contexts`` never names a higher app's modules), narrowed by ``TJWATER_MCP_EXPOSED_TOOLS`` when set."""
+    catalog = TOOLS.permission_catalog()
     exposed = frozenset(settings.TJWATER_MCP_EXPOSED_TOOLS)
     if exposed:
         catalog = {name: required for name, required in catalog.items() if name in exposed}
-    task_scoped: frozenset[str] = frozenset()
-    task_provider_path = getattr(settings, "TJWATER_TASK_SCOPED_TOOLS_PROVIDER", "")
-    if task_provider_path:
-        task_provider: Callable[[], Collection[str]] = import_string(task_provider_path)
-        task_scoped = frozenset(task_provider())
-    return catalog, task_scoped
+    return catalog, TOOLS.task_scoped()
 
 
 # --- create ----------------------------------------------------------------------------------------

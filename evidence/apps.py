@@ -17,3 +17,8 @@ class EvidenceConfig(AppConfig):
         from queries.demo.seeders import register_demo_seeder
 
         register_demo_seeder(seed_demo_sample)
+        # The task tools (get_task_context, get_task_evidence) into the project's tool registry.
+        from evidence.tools import TOOLS as TASK_TOOLS
+        from tjwater.registry import TOOLS
+
+        TOOLS.register(app=self.name, family="task", tools=TASK_TOOLS)

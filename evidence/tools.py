@@ -1,4 +1,4 @@
-"""Declarations of the task tools (a registry family, listed in ``queries.registry.FAMILIES``).
+"""Declarations of the task tools (a registry family, registered by ``evidence.apps`` into ``tjwater.registry.TOOLS``).
 
 Both are ``task_scope="bound_task"``: ``contexts.services.allowed_tools_for`` never gives them to an
 ``ordinary_chat`` binding, and gives them to a ``task_reader`` although they require no data permission

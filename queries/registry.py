@@ -13,19 +13,17 @@ JSON Schema of the Pydantic result model the service returns.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel
 
 from contexts.scope import QueryScope
 from queries.plan import Plan
 from queries.schemas.common import DEFAULT_LIMIT, MAX_LIMIT, MAX_OFFSET, Origin, PageRequest
 from queries.units import presented
+from tjwater.registry import TOOLS
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 ELEMENT_TYPES = ["junction", "pipe", "valve", "pump", "tank", "reservoir"]
@@ -153,49 +151,11 @@ ELEMENT_TYPE = {"type": "string", "enum": ELEMENT_TYPES, "description": "Network
 ELEMENT_ID = {"type": "string", "minLength": 1, "maxLength": 64, "description": "The element's network id."}
 
 
-# The tool families, one declaration module each (``TOOLS``: a list of ``ToolSpec``), imported when the
-# catalog is assembled (not at import time: a family module imports this one for ``ToolSpec``). This
-# tuple and the modules it names are the one place a tool is declared.
-FAMILIES: tuple[str, ...] = (
-    "queries.tools.network",
-    "queries.tools.scada",
-    "queries.tools.baseline",
-    "queries.tools.spatial",
-    "queries.tools.topology",
-    "queries.tools.ranking",
-    "queries.tools.gis",
-    "queries.tools.runtime",
-    "queries.tools.peripheral",
-    "queries.tools.analysis",
-    "queries.tools.placement",
-    "queries.tools.history",
-    "evidence.tools",  # the task tools (get_task_context, get_task_evidence); queries never imports evidence
-)
-TEST_FAMILIES: tuple[str, ...] = ("queries.tools.testing",)
-
-
 def all_tools() -> list[ToolSpec]:
-    """Every registered tool, sorted by name (the stable catalog order, R-PROTO-5). Two families
-    declaring the same name is a programming error, refused here."""
-    modules = FAMILIES + (TEST_FAMILIES if settings.TJWATER_MCP_TEST_TOOLS else ())
-    tools: dict[str, ToolSpec] = {}
-    for module in modules:
-        for tool in importlib.import_module(module).TOOLS:
-            if tool.name in tools:
-                raise ImproperlyConfigured(f"tool {tool.name} is declared twice ({module})")
-            tools[tool.name] = tool
-    return sorted(tools.values(), key=lambda t: t.name)
+    """Every served tool, sorted by name (the stable catalog order, R-PROTO-5): what the apps registered
+    into ``tjwater.registry.TOOLS`` from their ``AppConfig.ready()``."""
+    return TOOLS.tools()  # type: ignore[return-value]
 
 
 def tools_by_name() -> dict[str, ToolSpec]:
     return {tool.name: tool for tool in all_tools()}
-
-
-def permission_catalog() -> dict[str, frozenset[str]]:
-    """Tool name → the permission codes it requires (``TJWATER_TOOL_CATALOG_PROVIDER`` for contexts)."""
-    return {tool.name: frozenset(tool.permissions) for tool in all_tools()}
-
-
-def task_scoped_tools() -> frozenset[str]:
-    """Tools that only read the bound task (``TJWATER_TASK_SCOPED_TOOLS_PROVIDER`` for contexts)."""
-    return frozenset(tool.name for tool in all_tools() if tool.task_scope == "bound_task")

@@ -228,10 +228,6 @@ TJWATER_BIND_RATE_PER_S = env.float("TJWATER_BIND_RATE_PER_S", default=20.0)
 TJWATER_BIND_BURST = env.int("TJWATER_BIND_BURST", default=60)
 # Revoked or expired context bindings are deleted this long after they stopped working (contexts.purge).
 TJWATER_CONTEXT_RETENTION_S = env.int("TJWATER_CONTEXT_RETENTION_S", default=7 * 24 * 3600)
-# Where the context API reads the tool catalog (tool name -> required permission codes) and the
-# task-scoped tools from, imported at call time (contexts may not import queries at import time).
-TJWATER_TOOL_CATALOG_PROVIDER = "queries.registry.permission_catalog"
-TJWATER_TASK_SCOPED_TOOLS_PROVIDER = "queries.registry.task_scoped_tools"
 # Client credentials of this service at the real issuer (manage.py mcp_token --client-credentials).
 TJWATER_OIDC_CLIENT_ID = env.str("TJWATER_OIDC_CLIENT_ID", default="")
 TJWATER_OIDC_CLIENT_SECRET = env.str("TJWATER_OIDC_CLIENT_SECRET", default="")

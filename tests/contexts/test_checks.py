@@ -24,7 +24,6 @@ def test_the_shipped_settings_pass() -> None:
         ({"TJWATER_CONTEXT_RETENTION_S": -1}, "contexts.E002"),
         ({"TJWATER_MCP_HOST_CLIENT": ""}, "contexts.E003"),
         ({"TJWATER_MCP_HOST_CLIENT": "not-allowed"}, "contexts.W001"),
-        ({"TJWATER_TOOL_CATALOG_PROVIDER": "nodots"}, "contexts.E004"),
     ],
 )
 def test_bad_values_are_reported(override: dict[str, object], expected: str) -> None:

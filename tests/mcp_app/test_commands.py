@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import importlib
 import json
 import threading
 from collections.abc import Iterator
@@ -18,7 +17,8 @@ from django.core.management.base import CommandError
 
 from contexts import tokens
 from mcp_app.management.commands.mcp_catalog_check import check_catalog
-from queries.registry import TEST_FAMILIES, all_tools, input_object
+from queries.registry import all_tools, input_object
+from tjwater.registry import TOOLS
 
 
 def test_mcp_token_prints_exactly_one_valid_token() -> None:
@@ -109,8 +109,7 @@ ISSUE_22_TOOLS = {"get_connected_elements", "trace_flow_path", "rank_model_basel
 
 
 def product_tools() -> list[str]:
-    test_only = {t.name for module in TEST_FAMILIES for t in importlib.import_module(module).TOOLS}
-    return [t.name for t in all_tools() if t.name not in test_only]
+    return [t.name for t in TOOLS.product_tools()]
 
 
 def test_catalog_size() -> None:

@@ -23,7 +23,6 @@ handle on the demo project. Every answer is judged:
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 from collections import Counter
@@ -39,11 +38,12 @@ from hypothesis import strategies as st
 
 from contexts import dev_issuer, errors
 from mcp_app.catalog import build_catalog
-from queries.registry import TEST_FAMILIES, all_tools
+from queries.registry import all_tools
 from tests.conftest import ServerProcess, stop_process, subprocess_database_url
 from tests.mcp_app.conftest import rpc_headers
 from tests.resilience.conftest import Figures, launch_server
 from tests.resilience.load import LEAK_MARKERS
+from tjwater.registry import TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -75,8 +75,7 @@ EDGE_STRINGS = [
 
 
 def product_tools() -> list[str]:
-    test_tools = {t.name for m in TEST_FAMILIES for t in importlib.import_module(m).TOOLS}
-    return [t.name for t in all_tools() if t.name not in test_tools]
+    return [t.name for t in TOOLS.product_tools()]
 
 
 # --- strategies from a tool's input schema -------------------------------------------------------
