@@ -58,6 +58,7 @@ from contexts.models import TASK_PURPOSES
 from contexts.scope import QueryScope
 from contexts.services import require_run_current
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
+from queries.registry import ToolSpec
 from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
@@ -107,35 +108,9 @@ def request_key_from(meta: Mapping[str, Any] | None) -> str:
     return key
 
 
-@dataclass(frozen=True)
-class _ToolFacts:
-    evidence_allowed: bool
-    source: str
-    permissions: tuple[str, ...]
-
-
-_TOOL_FACTS: dict[str, _ToolFacts] = {}
-
-
-def _tool_facts(tool: str) -> _ToolFacts:
-    """What the registry declares about ``tool`` for evidence, read once per process (assembling the
-    registry costs milliseconds; the declarations are code). ``queries`` never imports ``evidence``."""
-    facts = _TOOL_FACTS.get(tool)
-    if facts is None:
-        from queries.registry import all_tools
-
-        _TOOL_FACTS.update(
-            {t.name: _ToolFacts(t.evidence_allowed, t.source, tuple(t.permissions)) for t in all_tools()}
-        )
-        facts = _TOOL_FACTS.get(tool)
-        if facts is None:  # the edge found it in the catalog: a programming error
-            raise ValueError(f"unknown tool {tool!r}")
-    return facts
-
-
-def saves_evidence(scope: QueryScope, tool: str) -> bool:
+def saves_evidence(scope: QueryScope, tool: ToolSpec) -> bool:
     """R-EVID-1: results of task-purpose calls are evidence, for tools whose declaration allows it."""
-    return scope.purpose in TASK_PURPOSES and _tool_facts(tool).evidence_allowed
+    return scope.purpose in TASK_PURPOSES and tool.evidence_allowed
 
 
 @dataclass
@@ -165,7 +140,7 @@ class Claim:
 def prepare(
     *,
     scope: QueryScope,
-    tool: str,
+    tool: ToolSpec,
     arguments: Mapping[str, Any],
     meta: Mapping[str, Any] | None,
     required_permissions: Collection[str] | None = None,
@@ -180,14 +155,12 @@ def prepare(
     params = canonical_params(arguments)
     return EvidenceCall(
         scope=scope,
-        tool=tool,
-        source=_tool_facts(tool).source,
+        tool=tool.name,
+        source=tool.source,
         params=params,
         params_hash=hashlib.sha256(canonical_json(params)).hexdigest(),
         request_key=key,
-        required_permissions=sorted(
-            set(_tool_facts(tool).permissions if required_permissions is None else required_permissions)
-        ),
+        required_permissions=sorted(set(tool.permissions if required_permissions is None else required_permissions)),
     )
 
 
@@ -399,7 +372,7 @@ def _wait_budget_s() -> float:
 def run_with_evidence_sync(
     *,
     scope: QueryScope,
-    tool: str,
+    tool: ToolSpec,
     arguments: Mapping[str, Any],
     meta: Mapping[str, Any] | None,
     execute: Callable[[], dict[str, Any]],
@@ -458,7 +431,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
 async def run_with_evidence(
     *,
     scope: QueryScope,
-    tool: str,
+    tool: ToolSpec,
     arguments: Mapping[str, Any],
     meta: Mapping[str, Any] | None,
     execute: Callable[[], Awaitable[dict[str, Any]]],

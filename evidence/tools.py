@@ -88,6 +88,8 @@ TOOLS: list[ToolSpec] = [
             report_revision=a.get("report_revision"),
         ),
         summarize=_context_summary,
+        not_on_rest="task-scoped: reads the task bound to an MCP context",
+        examples=({},),
     ),
     ToolSpec(
         name="get_task_evidence",
@@ -117,5 +119,7 @@ TOOLS: list[ToolSpec] = [
             offset=a.get("offset", 0),
         ),
         summarize=_evidence_summary,
+        not_on_rest="task-scoped: reads evidence of the task bound to an MCP context",
+        examples=({"evidence_id": "ev-unknown"},),
     ),
 ]

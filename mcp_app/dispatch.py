@@ -231,7 +231,8 @@ class Dispatcher:
                     await self._discard_slot(early)
                 raise
             self.tenants.learn(handle, scope)
-            if early is not None and not early.serves(scope, saves_evidence(scope, name)):
+            evidence = saves_evidence(scope, entry.spec)
+            if early is not None and not early.serves(scope, evidence):
                 await self._discard_slot(early)
                 early = None
             call.scope = scope
@@ -242,7 +243,7 @@ class Dispatcher:
             needs = entry.spec.permissions_for(args)
             if needs is not entry.spec.permissions:
                 access.require_permissions(scope, needs)  # what the arguments add: a business refusal
-            if saves_evidence(scope, name):
+            if evidence:
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
                 await lease.release()  # the evidence step runs in worker threads: no connection held meanwhile
@@ -253,7 +254,7 @@ class Dispatcher:
 
                 saved = await run_with_evidence(
                     scope=scope,
-                    tool=name,
+                    tool=entry.spec,
                     arguments=args,
                     meta=meta or {},
                     execute=execute,

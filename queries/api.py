@@ -1,6 +1,6 @@
 """The REST read API: every query service under ``/api/v1/projects/{project}/…`` (SPEC acceptance 8).
 
-Same data, same permissions as ``/mcp``: each route is one registry tool (``ROUTES``, paths modelled on
+Same data, same permissions as ``/mcp``: each route is one registry tool (``ToolSpec.rest``, paths modelled on
 seed 001's legacy table), its arguments are checked against that tool's own input schema (the wire
 contract, minus ``context_handle``), the caller's scope comes from the live membership
 (``contexts.rest.member_scope``), ``contexts.access`` decides whether the tool may be used — the gate the
@@ -73,41 +73,9 @@ class Route:
     path: str  # under /api/v1/projects/<project>/
 
 
-ROUTES: tuple[Route, ...] = (
-    Route("get_element_properties", "<element_types:element_type>/properties"),
-    Route("list_elements", "<element_types:element_type>"),
-    Route("get_network_options", "network-options/<str:kind>"),
-    Route("get_network_schema", "network-schemas/<str:kind>"),
-    Route("query_nearby_elements", "spatial/nearby"),
-    Route("get_connected_elements", "<element_types:element_type>/connected"),
-    Route("trace_flow_path", "<element_types:element_type>/flow-path"),
-    Route("get_element_gis_properties", "gis/elements/<str:element_type>/<str:element_id>"),
-    Route("get_source_gis_properties", "gis/layers/<str:layer_key>/features/<str:source_fid>"),
-    Route("list_scada_devices", "scada-devices"),
-    Route("get_scada_device", "scada-devices/<str:device_id>"),
-    Route("query_scada_readings", "timeseries/scada-readings"),
-    Route("query_model_baseline_series", "timeseries/baseline/series"),
-    Route("get_model_baseline_at_time", "timeseries/baseline/at-time"),
-    Route("query_model_baseline_field", "timeseries/baseline/records"),
-    Route("rank_model_baseline", "timeseries/baseline/ranking"),
-    Route("rank_scada_deviation", "timeseries/scada-deviation"),
-    Route("list_analysis_runs", "analysis/runs"),
-    Route("get_analysis_run", "analysis/runs/<str:run_id>"),
-    Route("list_analysis_results", "analysis/runs/<str:run_id>/results"),
-    Route("query_analysis_series", "timeseries/analysis/runs/<str:run_id>/series"),
-    Route("query_analysis_values", "timeseries/analysis/runs/<str:run_id>/values"),
-    Route("list_sensor_placement_runs", "sensor-placement-runs"),
-    Route("get_sensor_placement_run", "sensor-placement-runs/<str:run_id>"),
-    Route("query_element_history", "timeseries/element-history"),
-    Route("get_workbench_runtime", "workbench/runtime"),
-    Route("query_peripheral_data", "peripheral/<str:source>"),
-)
-#: Registry tools that are not on REST, with the reason (checked by the tests: nothing is left out silently).
-NOT_ON_REST: dict[str, str] = {
-    "get_task_context": "task-scoped: reads the task bound to an MCP context",
-    "get_task_evidence": "task-scoped: reads evidence of the task bound to an MCP context",
-    "test_slow_query": "test-only tool",
-}
+def routes() -> tuple[Route, ...]:
+    """One route per registry tool that has one (``ToolSpec.rest``), in the catalog's order."""
+    return tuple(Route(spec.name, spec.rest) for spec in tools_by_name().values() if spec.rest is not None)
 
 
 def rest_input_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -275,7 +243,7 @@ def openapi_components(result: dict[str, Any], generator: Any, request: Any, pub
     silently change a schema: refused."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["ToolError"] = TOOL_ERROR_SCHEMA
-    for route in ROUTES:
+    for route in routes():
         spec = _specs().get(route.tool)
         if spec is None:
             continue
@@ -332,4 +300,35 @@ def _view(route: Route) -> Any:
     return type(f"{route.tool}_view", (ToolView,), attrs).as_view()
 
 
-urlpatterns = [path(route.path, _view(route), name=f"api-{route.tool}") for route in ROUTES]
+def example_request(spec: ToolSpec, arguments: Mapping[str, Any]) -> tuple[str, dict[str, list[str]]]:
+    """The REST request of a call with ``arguments``: the path under the project (path parameters filled
+    in, element types in the plural) and the query parameters as ``parse_arguments`` reads them back —
+    arrays of scalars as repeated values, anything structured as JSON."""
+    assert spec.rest is not None, f"{spec.name} is not on REST"
+    properties = rest_input_schema(spec)["properties"]
+    query = {k: v for k, v in arguments.items() if k != "context_handle"}
+    parts = []
+    for part in spec.rest.split("/"):
+        if part.startswith("<"):
+            converter, name = part[1:-1].split(":")
+            value = str(query.pop(name))
+            parts.append(f"{value}s" if converter == "element_types" else value)
+        else:
+            parts.append(part)
+    params: dict[str, list[str]] = {}
+    for name, value in query.items():
+        prop = properties[name]
+        if prop.get("type") == "array" and _items_type(prop) in SCALARS:
+            params[name] = [_scalar(v) for v in value]
+        elif isinstance(value, dict | list):
+            params[name] = [json.dumps(value)]
+        else:
+            params[name] = [_scalar(value)]
+    return "/".join(parts), params
+
+
+def _scalar(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+urlpatterns = [path(route.path, _view(route), name=f"api-{route.tool}") for route in routes()]

@@ -1,9 +1,12 @@
 """The tool/source registry (SPEC R-REG, STYLE "registry"): one declaration per tool.
 
 A declaration is data — name, description, input and output JSON Schema 2020-12, required
-permission(s), limits, data semantics, whether evidence may be saved, annotations — plus the service
-function it calls. The MCP catalog, the dispatch path and ``manage.py mcp_catalog_check`` all read this
-registry; a tool is added here and nowhere else.
+permission(s), limits, data semantics, whether evidence may be saved, annotations, its REST route (or why
+it has none) and example arguments — plus the service function it calls. Apps register their families
+into ``tjwater.registry.TOOLS`` from ``AppConfig.ready()`` (``queries.apps``, ``evidence.apps``); the MCP
+catalog, the dispatch path, the binding API, REST, ``manage.py mcp_catalog_check`` and the parity tests
+all read that registry. A new tool in an existing family is its schema, its service, its declaration here
+and its test — no other file (``tests/queries/test_registry.py`` proves it with an app of its own).
 
 Input schemas are written by hand (they are the wire contract): objects with
 ``additionalProperties: false``, only local ``$defs``, and a required ``context_handle`` on every
@@ -17,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from pydantic import BaseModel
 
 from contexts.scope import QueryScope
@@ -68,6 +72,13 @@ class ToolSpec:
     #: ``None``: the arguments add none. Checked by ``contexts.access.require_permissions`` on every edge
     #: and recorded with the call's evidence.
     argument_permissions: Callable[[Mapping[str, Any]], tuple[str, ...]] | None = None
+    #: Its REST route under ``/api/v1/projects/<project>/`` (Django path syntax; ``<element_types:…>`` takes
+    #: the plural ``pipes``), or ``not_on_rest`` saying why it has none — one of the two, always.
+    rest: str | None = None
+    not_on_rest: str = ""
+    #: Example arguments (without ``context_handle``) against the demo utility, the first one a success:
+    #: the parity tests run every one through both plan drivers and the first one through REST and MCP.
+    examples: tuple[Mapping[str, Any], ...] = ()
 
     def permissions_for(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         """Every permission code this call needs: the tool's own plus what its arguments add."""
@@ -76,6 +87,10 @@ class ToolSpec:
         return tuple(sorted({*self.permissions, *self.argument_permissions(arguments)}))
 
     def __post_init__(self) -> None:
+        if (self.rest is None) == (not self.not_on_rest):
+            raise ImproperlyConfigured(f"tool {self.name}: give either its REST route or why it has none")
+        if not self.examples:
+            raise ImproperlyConfigured(f"tool {self.name}: give at least one example of its arguments")
         # The one place results are put into the project's unit system on the way out (R-ONB-3): every
         # edge (MCP, REST, evidence) runs ``invoke``, so all of them get and keep the same numbers.
         object.__setattr__(self, "invoke", presented(self.invoke))
@@ -159,3 +174,8 @@ def all_tools() -> list[ToolSpec]:
 
 def tools_by_name() -> dict[str, ToolSpec]:
     return {tool.name: tool for tool in all_tools()}
+
+
+def tool_spec(name: str) -> ToolSpec:
+    """One served tool's declaration (``KeyError`` for a name the registry does not serve)."""
+    return tools_by_name()[name]

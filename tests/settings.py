@@ -18,5 +18,8 @@ from tjwater.settings import *  # noqa: E402,F403
 CELERY_BROKER_URL = os.environ["REDIS_URL"]
 CELERY_RESULT_BACKEND = os.environ["REDIS_URL"]
 
+# A tool family added by an app of its own, as any app adds one (tests/support/extra_family, issue 18 §1).
+INSTALLED_APPS = [*INSTALLED_APPS, "tests.support.extra_family.apps.ExtraFamilyConfig"]  # noqa: F405
+
 # Test-only MCP tools (the slow pg_sleep query proving cancellation, issue 4) exist only here.
 TJWATER_MCP_TEST_TOOLS = True

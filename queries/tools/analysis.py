@@ -86,6 +86,11 @@ TOOLS: list[ToolSpec] = [
         limits=ToolLimits(max_page=analysis.MAX_RUN_PAGE),
         invoke=lambda scope, a: analysis.list_analysis_runs.plan(scope=scope, page=page_from(a, analysis.MAX_RUN_PAGE)),
         summarize=_runs_summary,
+        rest="analysis/runs",
+        examples=(
+            {},
+            {"limit": 2, "offset": 1},
+        ),
     ),
     ToolSpec(
         name="get_analysis_run",
@@ -99,6 +104,11 @@ TOOLS: list[ToolSpec] = [
         semantics="analysis_run",
         invoke=lambda scope, a: analysis.get_analysis_run.plan(scope=scope, run_id=a["run_id"]),
         summarize=_run_summary,
+        rest="analysis/runs/<str:run_id>",
+        examples=(
+            {"run_id": "burst-20261101-0800"},
+            {"run_id": "no-such-run"},
+        ),
     ),
     ToolSpec(
         name="list_analysis_results",
@@ -131,6 +141,11 @@ TOOLS: list[ToolSpec] = [
             f"{len(r.data.items)} of {r.data.total} results of {r.data.run_id} from offset {r.data.offset}: "
             + ", ".join(f"#{i.sequence} {i.result_type}" for i in r.data.items)
             + ("; more available." if r.data.has_more else ".")
+        ),
+        rest="analysis/runs/<str:run_id>/results",
+        examples=(
+            {"run_id": "isolation-20261101-0830"},
+            {"run_id": "isolation-20261101-0830", "result_type": "valves_to_close"},
         ),
     ),
     ToolSpec(
@@ -165,6 +180,25 @@ TOOLS: list[ToolSpec] = [
             end=parse_time(a["end"], "end"),
         ),
         summarize=_series_summary,
+        rest="timeseries/analysis/runs/<str:run_id>/series",
+        examples=(
+            {
+                "run_id": "burst-20261101-0800",
+                "element_type": "junction",
+                "element_id": "JUNCTION-0",
+                "field": "pressure",
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+            },
+            {
+                "run_id": "burst-20261101-0800",
+                "element_type": "pipe",
+                "element_id": "LINK-1523",
+                "field": "flow",
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T10:00:00Z",
+            },
+        ),
     ),
     ToolSpec(
         name="query_analysis_values",
@@ -198,6 +232,22 @@ TOOLS: list[ToolSpec] = [
             f"{len(r.data.items)} of {r.data.total} {r.data.element_type} {r.data.field} values of "
             f"{r.data.run_id} at {r.data.time.isoformat() if r.data.time else 'no instant (see data_gaps)'}"
             + ("; more available." if r.data.has_more else ".")
+        ),
+        rest="timeseries/analysis/runs/<str:run_id>/values",
+        examples=(
+            {
+                "run_id": "burst-20261101-0800",
+                "element_type": "junction",
+                "field": "pressure",
+                "time": "2026-11-01T08:00:00Z",
+            },
+            {
+                "run_id": "burst-20261101-0800",
+                "element_type": "junction",
+                "field": "pressure",
+                "time": "2026-11-01T08:30:00Z",
+                "limit": 10,
+            },
         ),
     ),
 ]

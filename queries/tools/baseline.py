@@ -102,6 +102,21 @@ TOOLS: list[ToolSpec] = [
             f"Model baseline: {len(r.data.items)} of {r.data.total} points of {len(r.data.element_ids)} "
             f"{r.data.element_type}(s) from offset {r.data.offset}" + ("; more available." if r.data.has_more else ".")
         ),
+        rest="timeseries/baseline/series",
+        examples=(
+            {
+                "element_type": "junction",
+                "element_ids": ["JUNCTION-0", "JUNCTION-1"],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+            },
+            {
+                "element_type": "junction",
+                "element_ids": ["JUNCTION-0", "JUNCTION-1"],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T10:00:00Z",
+            },
+        ),
     ),
     ToolSpec(
         name="get_model_baseline_at_time",
@@ -123,6 +138,11 @@ TOOLS: list[ToolSpec] = [
         summarize=lambda r: (
             f"Model baseline of {r.data.element_type} {r.data.element_id} at {r.data.time.isoformat()}: "
             + ", ".join(f"{k}={v}" for k, v in r.data.values.items())
+        ),
+        rest="timeseries/baseline/at-time",
+        examples=(
+            {"element_type": "junction", "element_id": "JUNCTION-0", "time": "2026-11-01T08:00:00Z"},
+            {"element_type": "pipe", "element_id": "LINK-1523", "time": "2026-11-01T08:30:00Z"},
         ),
     ),
     ToolSpec(
@@ -153,6 +173,11 @@ TOOLS: list[ToolSpec] = [
         summarize=lambda r: (
             f"Model baseline {r.data.field} of {len(r.data.items)} of {r.data.total} {r.data.element_type}s at "
             f"{r.data.time.isoformat()} from offset {r.data.offset}" + ("; more available." if r.data.has_more else ".")
+        ),
+        rest="timeseries/baseline/records",
+        examples=(
+            {"element_type": "junction", "field": "pressure", "time": "2026-11-01T08:00:00Z"},
+            {"element_type": "tank", "field": "pressure", "time": "2026-11-01T08:30:00Z", "limit": 10},
         ),
     ),
 ]

@@ -40,6 +40,11 @@ TOOLS: list[ToolSpec] = [
             f"GIS attributes of {r.data.element_type} {r.data.element_id}: material {r.data.material or '-'}, "
             f"installed {r.data.install_year or '-'}, district {r.data.district or '-'}."
         ),
+        rest="gis/elements/<str:element_type>/<str:element_id>",
+        examples=(
+            {"element_type": "pipe", "element_id": "LINK-922"},
+            {"element_type": "junction", "element_id": "JUNCTION-1"},
+        ),
     ),
     ToolSpec(
         name="get_source_gis_properties",
@@ -63,5 +68,7 @@ TOOLS: list[ToolSpec] = [
                 else ", not matched to a model element."
             )
         ),
+        rest="gis/layers/<str:layer_key>/features/<str:source_fid>",
+        examples=({"layer_key": "water_mains", "source_fid": "WM-200003"},),
     ),
 ]

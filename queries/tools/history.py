@@ -105,5 +105,28 @@ TOOLS: list[ToolSpec] = [
             ),
         ),
         summarize=_summary,
+        rest="timeseries/element-history",
+        examples=(
+            {
+                "elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+                "mode": "observed",
+            },
+            {
+                "elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+                "mode": "analysis_comparison",
+                "run_id": "burst-20261101-0800",
+            },
+            {
+                "elements": [{"element_type": "pipe", "element_id": "LINK-225"}],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T10:00:00Z",
+                "mode": "realtime_comparison",
+                "limit": 30,
+            },
+        ),
     ),
 ]

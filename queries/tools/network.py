@@ -39,6 +39,13 @@ TOOLS: list[ToolSpec] = [
             scope=scope, element_type=a["element_type"], element_id=a["element_id"]
         ),
         summarize=lambda r: f"{r.data.element_type} {r.data.element_id}: {len(r.data.properties)} properties.",
+        rest="<element_types:element_type>/properties",
+        examples=(
+            {"element_type": "pipe", "element_id": "LINK-0"},
+            {"element_type": "junction", "element_id": "JUNCTION-10"},
+            {"element_type": "pipe", "element_id": "no-such-pipe"},
+            {"element_type": "pipe", "element_id": "LINK-1523"},
+        ),
     ),
     ToolSpec(
         name="list_elements",
@@ -57,6 +64,13 @@ TOOLS: list[ToolSpec] = [
         summarize=lambda r: (
             f"{len(r.data.items)} of {r.data.total} elements from offset {r.data.offset}"
             + ("; more available." if r.data.has_more else ".")
+        ),
+        rest="<element_types:element_type>",
+        examples=(
+            {"element_type": "junction", "limit": 5, "offset": 0},
+            {"element_type": "junction", "limit": 3, "offset": 7},
+            {"element_type": "pump"},
+            {"element_type": "tank", "limit": 5, "offset": 3},
         ),
     ),
     ToolSpec(
@@ -77,6 +91,12 @@ TOOLS: list[ToolSpec] = [
         semantics="model_network",
         invoke=lambda scope, a: network.get_network_options.plan(scope=scope, kind=a["kind"], pump_id=a.get("pump_id")),
         summarize=lambda r: f"{r.data.kind} options: {len(r.data.values)} values.",
+        rest="network-options/<str:kind>",
+        examples=(
+            {"kind": "hydraulic"},
+            {"kind": "time"},
+            {"kind": "pump_energy"},
+        ),
     ),
     ToolSpec(
         name="get_network_schema",
@@ -98,5 +118,10 @@ TOOLS: list[ToolSpec] = [
         semantics="model_network",
         invoke=lambda scope, a: network.get_network_schema.plan(scope=scope, kind=a["kind"]),
         summarize=lambda r: f"Schema of {r.data.kind}: {len(r.data.properties)} properties.",
+        rest="network-schemas/<str:kind>",
+        examples=(
+            {"kind": "pipe"},
+            {"kind": "scada-device"},
+        ),
     ),
 ]

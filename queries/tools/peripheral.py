@@ -53,5 +53,13 @@ TOOLS: list[ToolSpec] = [
             + (" (synthetic)" if r.origin == "synthetic" else "")
             + ("; more available." if r.data.has_more else ".")
         ),
+        rest="peripheral/<str:source>",
+        examples=(
+            {"source": "points"},
+            {"source": "work_orders", "limit": 5},
+            {"source": "observations", "point_id": "HY-001"},
+            {"source": "test_data", "limit": 5},
+            {"source": "observations", "point_id": "HY-001", "limit": 5},
+        ),
     ),
 ]

@@ -43,6 +43,8 @@ TOOLS: list[ToolSpec] = [
             )
             + ("; more available." if r.data.has_more else ".")
         ),
+        rest="sensor-placement-runs",
+        examples=({},),
     ),
     ToolSpec(
         name="get_sensor_placement_run",
@@ -62,6 +64,12 @@ TOOLS: list[ToolSpec] = [
             f"Sensor placement run {r.data.run.run_id} ({r.data.run.status}): {r.data.run.objective}="
             f"{r.data.run.objective_value}; sensors {r.data.offset + 1}-{r.data.offset + len(r.data.items)} of "
             f"{r.data.total}" + ("; more available." if r.data.has_more else ".")
+        ),
+        rest="sensor-placement-runs/<str:run_id>",
+        examples=(
+            {"run_id": "placement-coverage-10"},
+            {"run_id": "placement-demand-20", "limit": 3},
+            {"run_id": "placement-coverage-10", "limit": 5},
         ),
     ),
 ]

@@ -72,6 +72,42 @@ TOOLS: list[ToolSpec] = [
             + (f": {r.data.items[0].element_id} = {r.data.items[0].value}" if r.data.items else "")
             + "."
         ),
+        rest="timeseries/baseline/ranking",
+        examples=(
+            {
+                "element_type": "junction",
+                "field": "pressure",
+                "time": "2026-11-01T09:00:00Z",
+                "area": {"district": "Hexi"},
+            },
+            {
+                "element_type": "pipe",
+                "field": "flow",
+                "time": "2026-11-01T09:00:00Z",
+                "order": "desc",
+                "limit": 5,
+                "area": {"center": [117.2, 39.1], "radius_m": 2000},
+            },
+            {
+                "element_type": "junction",
+                "field": "pressure",
+                "time": "2026-11-01T09:00:00Z",
+                "area": {"district": "Nowhere"},
+            },
+            {
+                "element_type": "junction",
+                "field": "head",
+                "time": "2026-11-01T09:00:00Z",
+                "area": {"layer_key": "water_mains", "source_fid": "WM-200003"},
+            },
+            {
+                "element_type": "junction",
+                "field": "pressure",
+                "time": "2026-11-01T08:30:00Z",
+                "limit": 10,
+                "area": {"district": "Hexi"},
+            },
+        ),
     ),
     ToolSpec(
         name="rank_scada_deviation",
@@ -105,5 +141,17 @@ TOOLS: list[ToolSpec] = [
             area=a.get("area"),
         ),
         summarize=_deviation_summary,
+        rest="timeseries/scada-deviation",
+        examples=(
+            {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "pressure"},
+            {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "flow", "limit": 3},
+            {
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T12:00:00Z",
+                "quantity": "level",
+                "area": {"district": "Hexi"},
+            },
+            {"start": "2026-11-01T06:00:00Z", "end": "2026-11-01T10:00:00Z", "quantity": "pressure", "limit": 5},
+        ),
     ),
 ]

@@ -36,5 +36,10 @@ TOOLS: list[ToolSpec] = [
             + ", ".join(f"{s.name} {s.status or 'unknown'}" for s in r.data.data_sources)
             + "."
         ),
+        rest="workbench/runtime",
+        examples=(
+            {},
+            {"data_source": "scada"},
+        ),
     ),
 ]

@@ -104,6 +104,12 @@ TOOLS: list[ToolSpec] = [
             f"{len(r.data.items)} of {r.data.total} devices from offset {r.data.offset}"
             + ("; more available." if r.data.has_more else ".")
         ),
+        rest="scada-devices",
+        examples=(
+            {"limit": 5},
+            {"limit": 2, "offset": 3},
+            {"limit": 7, "offset": 2},
+        ),
     ),
     ToolSpec(
         name="get_scada_device",
@@ -118,6 +124,12 @@ TOOLS: list[ToolSpec] = [
         invoke=lambda scope, a: scada.get_scada_device.plan(scope=scope, device_id=a["device_id"]),
         summarize=lambda r: (
             f"{r.data.device_id}: {r.data.quantity} ({r.data.unit}) on {r.data.element_type} {r.data.element_id}."
+        ),
+        rest="scada-devices/<str:device_id>",
+        examples=(
+            {"device_id": "PT-001"},
+            {"device_id": "NOPE-1"},
+            {"device_id": "PT-004"},
         ),
     ),
     ToolSpec(
@@ -159,5 +171,28 @@ TOOLS: list[ToolSpec] = [
             page=point_page_from(a, scada.MAX_POINTS),
         ),
         summarize=_readings_summary,
+        rest="timeseries/scada-readings",
+        examples=(
+            {
+                "device_ids": ["PT-001", "PT-002"],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+                "field": "monitored_value",
+                "limit": 50,
+            },
+            {
+                "device_ids": ["PT-003"],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T09:00:00Z",
+                "field": "cleaned_value",
+            },
+            {
+                "device_ids": ["PT-004", "FT-001"],
+                "start": "2026-11-01T06:00:00Z",
+                "end": "2026-11-01T10:00:00Z",
+                "field": "cleaned_value",
+                "limit": 40,
+            },
+        ),
     ),
 ]

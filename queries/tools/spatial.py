@@ -64,5 +64,11 @@ TOOLS: list[ToolSpec] = [
             + (f", nearest {r.data.items[0].element_id} at {r.data.items[0].distance_m:.1f} m" if r.data.items else "")
             + ("; more available." if r.data.has_more else ".")
         ),
+        rest="spatial/nearby",
+        examples=(
+            {"center": [117.1392082, 39.0752639], "element_type": "junction", "radius_m": 300},
+            {"center": [117.1392082, 39.0752639], "radius_m": 1000, "limit": 10, "offset": 5},
+            {"center": [117.2, 39.1], "radius_m": 800, "limit": 4},
+        ),
     ),
 ]

@@ -18,5 +18,7 @@ TOOLS: list[ToolSpec] = [
         evidence_allowed=False,
         invoke=lambda scope, a: testing.slow_query.plan(scope=scope, seconds=float(a["seconds"])),
         summarize=lambda r: f"Slept {r.data.slept_s} s.",
+        not_on_rest="test-only tool",
+        examples=({"seconds": 0.01},),
     )
 ]

@@ -77,6 +77,14 @@ TOOLS: list[ToolSpec] = [
             f"{r.data.element_type} {r.data.element_id} from offset {r.data.offset}"
             + ("; more available." if r.data.has_more else ".")
         ),
+        rest="<element_types:element_type>/connected",
+        examples=(
+            {"element_type": "pipe", "element_id": "LINK-1523"},
+            {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 3, "limit": 7, "offset": 5},
+            {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 1, "offset": 50},
+            {"element_type": "valve", "element_id": "no-such-valve"},
+            {"element_type": "pipe", "element_id": "LINK-1523", "depth": 2, "limit": 15},
+        ),
     ),
     ToolSpec(
         name="trace_flow_path",
@@ -117,5 +125,34 @@ TOOLS: list[ToolSpec] = [
             max_elements=a.get("max_elements", topology.DEFAULT_TRACE_ELEMENTS),
         ),
         summarize=_trace_summary,
+        rest="<element_types:element_type>/flow-path",
+        examples=(
+            {
+                "element_type": "junction",
+                "element_id": "JUNCTION-1304",
+                "direction": "upstream",
+                "time": "2026-11-01T09:00:00Z",
+            },
+            {
+                "element_type": "pipe",
+                "element_id": "LINK-1523",
+                "direction": "downstream",
+                "time": "2026-11-01T09:07:00Z",
+                "max_elements": 30,
+            },
+            {
+                "element_type": "junction",
+                "element_id": "JUNCTION-1304",
+                "direction": "upstream",
+                "time": "2030-01-01T00:00:00Z",
+            },
+            {
+                "element_type": "junction",
+                "element_id": "JUNCTION-1304",
+                "direction": "upstream",
+                "time": "2026-11-01T08:30:00Z",
+                "max_elements": 40,
+            },
+        ),
     ),
 ]

@@ -87,7 +87,11 @@ def main(calls: int) -> None:
             execute()
             t1 = time.perf_counter()
             run_with_evidence_sync(
-                scope=scope, tool=spec.name, arguments=ARGS, meta={REQUEST_KEY_META: f"b-{i}"}, execute=execute
+                scope=scope,
+                tool=spec,
+                arguments=ARGS,
+                meta={REQUEST_KEY_META: f"b-{i}"},
+                execute=execute,
             )
             t2 = time.perf_counter()
             if i >= 20:  # warm-up
@@ -112,7 +116,11 @@ def main(calls: int) -> None:
             c1 = time.process_time()
             with connection.execute_wrapper(count):
                 run_with_evidence_sync(
-                    scope=scope, tool=spec.name, arguments=ARGS, meta={REQUEST_KEY_META: f"c-{i}"}, execute=execute
+                    scope=scope,
+                    tool=spec,
+                    arguments=ARGS,
+                    meta={REQUEST_KEY_META: f"c-{i}"},
+                    execute=execute,
                 )
             c2 = time.process_time()
             cpu_plain.append(c1 - c0)
@@ -139,7 +147,7 @@ def main(calls: int) -> None:
                 await execute_async()
                 t1 = time.perf_counter()
                 await run_with_evidence(
-                    scope=scope, tool=spec.name, arguments=ARGS, meta={REQUEST_KEY_META: f"a-{i}"},
+                    scope=scope, tool=spec, arguments=ARGS, meta={REQUEST_KEY_META: f"a-{i}"},
                     execute=execute_async,
                 )  # fmt: skip
                 t2 = time.perf_counter()
@@ -157,7 +165,7 @@ def main(calls: int) -> None:
         doc = {"source": "model_network", "origin": "model_network", "data": {"items": [element] * 520}}
         t0 = time.perf_counter()
         big = run_with_evidence_sync(
-            scope=scope, tool=spec.name, arguments=ARGS, meta={REQUEST_KEY_META: "big"}, execute=lambda: doc
+            scope=scope, tool=spec, arguments=ARGS, meta={REQUEST_KEY_META: "big"}, execute=lambda: doc
         )
         t1 = time.perf_counter()
         print(f"saving a {len(element) * 3 * 520 / 2**20:.1f} MiB snapshot: {(t1 - t0) * 1000:.0f} ms")
@@ -172,7 +180,11 @@ def main(calls: int) -> None:
               f"{len(page.items)} items, median {ms(times):.0f} ms (get_task_evidence, sync)")  # fmt: skip
         small = {"source": "model_network", "origin": "model_network", "data": {"items": [element] * 500}}
         whole = run_with_evidence_sync(
-            scope=scope, tool=spec.name, arguments=ARGS, meta={REQUEST_KEY_META: "whole"}, execute=lambda: small
+            scope=scope,
+            tool=spec,
+            arguments=ARGS,
+            meta={REQUEST_KEY_META: "whole"},
+            execute=lambda: small,
         )
         times = []
         for _ in range(5):

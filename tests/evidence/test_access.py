@@ -19,6 +19,7 @@ from evidence.reads import list_snapshots, read_snapshot
 from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
 from evidence.task_tools import get_task_evidence
 from queries.plan import run_sync
+from queries.registry import tool_spec
 from tests.evidence.conftest import EvidenceWorld, Investigation
 
 HANDLE = "h" * 43
@@ -28,7 +29,7 @@ def save(scope: QueryScope, tool: str, required: list[str] | None = None) -> str
     key = uuid.uuid4().hex
     result = run_with_evidence_sync(
         scope=scope,
-        tool=tool,
+        tool=tool_spec(tool),
         arguments={"context_handle": HANDLE, "n": key},
         meta={REQUEST_KEY_META: key},
         execute=lambda: {"source": tool, "origin": "measured", "data": {"tool": tool}},
@@ -124,7 +125,7 @@ def test_the_whole_document_ceiling_measures_the_text_postgresql_sends(
     doc = {"source": "x", "origin": "measured", "data": {"items": [{"a": i, "b": i} for i in range(300)]}}
     result = run_with_evidence_sync(
         scope=executor,
-        tool="list_elements",
+        tool=tool_spec("list_elements"),
         arguments={"context_handle": HANDLE, "n": key},
         meta={REQUEST_KEY_META: key},
         execute=lambda: doc,

@@ -19,7 +19,7 @@ from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
 from evidence.task_tools import PAGE_CEILING_BYTES, get_task_evidence
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
 from queries.plan import run_sync
-from queries.registry import tools_by_name
+from queries.registry import tool_spec, tools_by_name
 from tests.evidence.conftest import EvidenceWorld, Investigation
 
 HANDLE = "h" * 43
@@ -29,7 +29,7 @@ def save(scope: QueryScope, doc: dict[str, Any]) -> str:
     key = uuid.uuid4().hex
     result = run_with_evidence_sync(
         scope=scope,
-        tool="get_network_schema",
+        tool=tool_spec("get_network_schema"),
         arguments={"context_handle": HANDLE, "kind": "junction", "n": key},
         meta={REQUEST_KEY_META: key},
         execute=lambda: doc,
@@ -150,7 +150,7 @@ def test_a_small_saved_result_is_inline_with_a_resource_link(executor: QueryScop
     spec = tools_by_name()["get_element_properties"]
     structured = run_with_evidence_sync(
         scope=executor,
-        tool=spec.name,
+        tool=tool_spec(spec.name),
         arguments=args,
         meta={REQUEST_KEY_META: uuid.uuid4().hex},
         execute=lambda: run_sync(spec.invoke(executor, args)).model_dump(mode="json"),
@@ -168,7 +168,7 @@ def test_a_large_saved_page_is_cut_to_fit_and_continues_from_the_evidence(execut
     spec = tools_by_name()["list_elements"]
     structured = run_with_evidence_sync(
         scope=executor,
-        tool=spec.name,
+        tool=tool_spec(spec.name),
         arguments=args,
         meta={REQUEST_KEY_META: uuid.uuid4().hex},
         execute=lambda: run_sync(spec.invoke(executor, args)).model_dump(mode="json"),
@@ -191,7 +191,7 @@ def test_a_large_result_that_cannot_be_cut_points_at_the_evidence(executor: Quer
     spec = tools_by_name()["get_network_schema"]
     structured = run_with_evidence_sync(
         scope=executor,
-        tool=spec.name,
+        tool=tool_spec(spec.name),
         arguments={"context_handle": HANDLE, "kind": "pipe"},
         meta={REQUEST_KEY_META: uuid.uuid4().hex},
         execute=lambda: run_sync(spec.invoke(executor, {"kind": "pipe"})).model_dump(mode="json"),

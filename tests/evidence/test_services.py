@@ -30,7 +30,7 @@ from evidence.services import (
 )
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
-from queries.registry import tools_by_name
+from queries.registry import tool_spec, tools_by_name
 from tests.evidence.conftest import EvidenceWorld, Investigation
 
 HANDLE = "h" * 43  # never saved or hashed: only its presence in the arguments matters here
@@ -101,7 +101,7 @@ def test_fifty_concurrent_identical_calls_in_threads_save_once(world: EvidenceWo
         try:
             return run_with_evidence_sync(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta={REQUEST_KEY_META: "threads-50"},
                 execute=execute,
@@ -133,7 +133,7 @@ def test_fifty_concurrent_identical_async_calls_save_once(world: EvidenceWorld) 
         results.append(
             await run_with_evidence(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta={REQUEST_KEY_META: "async-50"},
                 execute=execute,
@@ -160,7 +160,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
     runs: list[int] = []
     first = run_with_evidence_sync(
         scope=scope,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta={REQUEST_KEY_META: "k1"},
         execute=query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -172,7 +172,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
     # The retry carries a new context handle (contexts expire) but the same key and parameters.
     again = run_with_evidence_sync(
         scope=scope,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments={**ELEMENT, "context_handle": "another-handle-0123456789"},
         meta={REQUEST_KEY_META: "k1"},
         execute=must_not_run,
@@ -188,7 +188,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     meta = {REQUEST_KEY_META: "k-reuse"}
     run_with_evidence_sync(
         scope=scope,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta=meta,
         execute=query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -197,7 +197,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     with pytest.raises(RequestKeyReused):
         run_with_evidence_sync(
             scope=scope,
-            tool="get_element_properties",
+            tool=tool_spec("get_element_properties"),
             arguments=other,
             meta=meta,
             execute=query(scope, "get_element_properties", other, runs=runs),
@@ -206,7 +206,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     with pytest.raises(RequestKeyReused):
         run_with_evidence_sync(
             scope=scope,
-            tool="get_network_schema",
+            tool=tool_spec("get_network_schema"),
             arguments=schema_args,
             meta=meta,
             execute=query(scope, "get_network_schema", schema_args, runs=runs),
@@ -231,7 +231,7 @@ def test_a_task_call_without_a_request_key_is_refused_before_anything_runs(
         with pytest.raises(RequestKeyRequired) as refused:
             run_with_evidence_sync(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta=meta,
                 execute=query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -244,7 +244,7 @@ def test_parameters_are_saved_canonically_without_the_handle(fresh: Investigatio
     scope = world.bind("task_execution", investigation=fresh)
     result = run_with_evidence_sync(
         scope=scope,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta={REQUEST_KEY_META: "k-canon"},
         execute=query(scope, "get_element_properties", ELEMENT, runs=[]),
@@ -268,7 +268,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     runs: list[int] = []
     result = run_with_evidence_sync(
         scope=chat,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta={REQUEST_KEY_META: "chat-key"},  # a client cannot make it evidence by sending a key
         execute=query(chat, "get_element_properties", ELEMENT, runs=runs),
@@ -277,7 +277,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     task = world.bind("task_execution", investigation=world.demo_task)
     context = run_with_evidence_sync(
         scope=task,
-        tool="get_task_context",
+        tool=tool_spec("get_task_context"),
         arguments={"context_handle": HANDLE},
         meta=None,  # no key needed: the task tools save nothing
         execute=query(task, "get_task_context", {"context_handle": HANDLE}, runs=runs),
@@ -290,7 +290,7 @@ def test_a_reader_saves_evidence_to_its_parent_run(fresh: Investigation, world: 
     reader = world.bind("task_reader", investigation=fresh)
     result = run_with_evidence_sync(
         scope=reader,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta={REQUEST_KEY_META: "reader-1"},
         execute=query(reader, "get_element_properties", ELEMENT, runs=[]),
@@ -333,7 +333,7 @@ def test_a_run_superseded_while_a_slow_query_runs_gets_nothing_written(
         with pytest.raises(RunSuperseded) as refused:
             run_with_evidence_sync(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta={REQUEST_KEY_META: "slow"},
                 execute=query(scope, "get_element_properties", ELEMENT, runs=runs, sleep_s=1.5),
@@ -379,7 +379,7 @@ def test_a_failure_at_commit_fails_the_call_and_a_retry_can_proceed(
     runs: list[int] = []
     call = {
         "scope": scope,
-        "tool": "get_element_properties",
+        "tool": tool_spec("get_element_properties"),
         "arguments": ELEMENT,
         "meta": {REQUEST_KEY_META: "commit"},
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -410,7 +410,7 @@ def test_a_call_cancelled_during_its_query_saves_nothing(fresh: Investigation, w
         with anyio.move_on_after(0.3):  # the client went away mid-query
             await run_with_evidence(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta={REQUEST_KEY_META: "cancel"},
                 execute=never_finishes,
@@ -423,7 +423,7 @@ def test_a_call_cancelled_during_its_query_saves_nothing(fresh: Investigation, w
     retry = anyio.run(
         lambda: run_with_evidence(
             scope=scope,
-            tool="get_element_properties",
+            tool=tool_spec("get_element_properties"),
             arguments=ELEMENT,
             meta={REQUEST_KEY_META: "cancel"},
             execute=in_thread(query(scope, "get_element_properties", ELEMENT, runs=runs)),
@@ -470,7 +470,7 @@ def test_a_disconnect_during_the_save_keeps_the_evidence_and_the_retry_gets_the_
                 delivered.append(
                     await run_with_evidence(
                         scope=scope,
-                        tool="get_element_properties",
+                        tool=tool_spec("get_element_properties"),
                         arguments=ELEMENT,
                         meta={REQUEST_KEY_META: "disconnect"},
                         execute=execute,
@@ -485,7 +485,7 @@ def test_a_disconnect_during_the_save_keeps_the_evidence_and_the_retry_gets_the_
     (snapshot,) = snapshots(inv)  # saved: once the save started it was finished
     retry = run_with_evidence_sync(
         scope=scope,
-        tool="get_element_properties",
+        tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
         meta={REQUEST_KEY_META: "disconnect"},
         execute=query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -502,7 +502,11 @@ def test_a_query_error_releases_the_receipt(fresh: Investigation, world: Evidenc
 
     with pytest.raises(RuntimeError):
         run_with_evidence_sync(
-            scope=scope, tool="get_element_properties", arguments=ELEMENT, meta={REQUEST_KEY_META: "e"}, execute=broken
+            scope=scope,
+            tool=tool_spec("get_element_properties"),
+            arguments=ELEMENT,
+            meta={REQUEST_KEY_META: "e"},
+            execute=broken,
         )
     assert [r["state"] for r in receipts(fresh)] == ["failed"] and snapshots(fresh) == []
 
@@ -541,7 +545,7 @@ def test_a_receipt_left_pending_by_a_crashed_process_is_taken_over_by_the_retry(
     runs: list[int] = []
     call = {
         "scope": scope,
-        "tool": "get_element_properties",
+        "tool": tool_spec("get_element_properties"),
         "arguments": ELEMENT,
         "meta": {REQUEST_KEY_META: "orphan"},
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
@@ -603,7 +607,7 @@ def test_a_running_call_keeps_its_receipt_fresh_past_the_stale_cutoff(
         result = anyio.run(
             lambda: run_with_evidence(
                 scope=scope,
-                tool="get_element_properties",
+                tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
                 meta={REQUEST_KEY_META: "beat"},
                 execute=slow,

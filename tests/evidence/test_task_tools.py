@@ -25,7 +25,7 @@ from evidence.task_tools import (
     get_task_evidence,
 )
 from queries.plan import run_sync
-from queries.registry import tools_by_name
+from queries.registry import tool_spec, tools_by_name
 from tests.evidence.conftest import EvidenceWorld, Investigation
 
 HANDLE = "h" * 43
@@ -54,7 +54,7 @@ def document(n_items: int = 1234, text: str = TEXT) -> dict[str, Any]:
 def save(scope: QueryScope, doc: dict[str, Any], key: str | None = None) -> str:
     result = run_with_evidence_sync(
         scope=scope,
-        tool="list_elements",
+        tool=tool_spec("list_elements"),
         arguments={"context_handle": HANDLE, "element_type": "junction", "key": key or uuid.uuid4().hex},
         meta={REQUEST_KEY_META: key or uuid.uuid4().hex},
         execute=lambda: doc,

@@ -1,7 +1,7 @@
 """The MCP hot path's async plan driver (``mcp_app.executor``) against ``run_sync``, for every registry tool.
 
-Every tool of the registry must have sample arguments here (``SAMPLES``); a tool without them fails the
-test, so a new tool cannot skip the comparison silently. Each sample runs through ``run_sync`` (Django's
+Every tool of the registry declares example arguments (``ToolSpec.examples``, refused when empty), so a new
+tool cannot skip the comparison silently. Each sample runs through ``run_sync`` (Django's
 connection) and through the async driver twice — the first run compiles and learns the statement
 shapes, the second binds values into the cached SQL — and the three outcomes must be identical: the
 same result (``queried_at`` aside, it is the clock) or the same refusal. Real PostGIS, the demo data.
@@ -29,148 +29,9 @@ pytestmark = pytest.mark.django_db
 DEMO = "tianjin-demo"
 DAY = {"start": "2026-11-01T06:00:00Z", "end": "2026-11-01T09:00:00Z"}
 
-#: tool name → sample argument sets (without ``context_handle``), against the demo data. Include
-#: a refusal where one is cheap (an unknown id): refusals must match too.
-SAMPLES: dict[str, list[dict[str, Any]]] = {
-    "get_element_properties": [
-        {"element_type": "pipe", "element_id": "LINK-0"},
-        {"element_type": "junction", "element_id": "JUNCTION-10"},
-        {"element_type": "pipe", "element_id": "no-such-pipe"},
-    ],
-    "list_elements": [
-        {"element_type": "junction", "limit": 5, "offset": 0},
-        {"element_type": "junction", "limit": 3, "offset": 7},
-        {"element_type": "pump"},
-    ],
-    "get_network_options": [{"kind": "hydraulic"}, {"kind": "time"}, {"kind": "pump_energy"}],
-    "get_network_schema": [{"kind": "pipe"}, {"kind": "scada-device"}],
-    "get_element_gis_properties": [{"element_type": "pipe", "element_id": "LINK-922"}],
-    "get_source_gis_properties": [{"layer_key": "water_mains", "source_fid": "WM-200003"}],
-    "list_scada_devices": [{"limit": 5}, {"limit": 2, "offset": 3}],
-    "get_scada_device": [{"device_id": "PT-001"}, {"device_id": "NOPE-1"}],
-    "query_scada_readings": [
-        {"device_ids": ["PT-001", "PT-002"], **DAY, "field": "monitored_value", "limit": 50},
-        {"device_ids": ["PT-003"], **DAY, "field": "cleaned_value"},
-    ],
-    "query_model_baseline_series": [
-        {"element_type": "junction", "element_ids": ["JUNCTION-0", "JUNCTION-1"], **DAY},
-    ],
-    "get_model_baseline_at_time": [
-        {"element_type": "junction", "element_id": "JUNCTION-0", "time": "2026-11-01T08:00:00Z"},
-    ],
-    "query_model_baseline_field": [
-        {"element_type": "junction", "field": "pressure", "time": "2026-11-01T08:00:00Z"},
-    ],
-    "query_nearby_elements": [
-        {"center": [117.1392082, 39.0752639], "element_type": "junction", "radius_m": 300},
-        {"center": [117.1392082, 39.0752639], "radius_m": 1000, "limit": 10, "offset": 5},
-    ],
-    "get_connected_elements": [
-        {"element_type": "pipe", "element_id": "LINK-1523"},
-        {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 3, "limit": 7, "offset": 5},
-        {"element_type": "junction", "element_id": "JUNCTION-1304", "depth": 1, "offset": 50},
-        {"element_type": "valve", "element_id": "no-such-valve"},
-    ],
-    "trace_flow_path": [
-        {
-            "element_type": "junction",
-            "element_id": "JUNCTION-1304",
-            "direction": "upstream",
-            "time": "2026-11-01T09:00:00Z",
-        },
-        {
-            "element_type": "pipe",
-            "element_id": "LINK-1523",
-            "direction": "downstream",
-            "time": "2026-11-01T09:07:00Z",
-            "max_elements": 30,
-        },
-        {
-            "element_type": "junction",
-            "element_id": "JUNCTION-1304",
-            "direction": "upstream",
-            "time": "2030-01-01T00:00:00Z",
-        },
-    ],
-    "rank_model_baseline": [
-        {"element_type": "junction", "field": "pressure", "time": "2026-11-01T09:00:00Z", "area": {"district": "Hexi"}},
-        {
-            "element_type": "pipe",
-            "field": "flow",
-            "time": "2026-11-01T09:00:00Z",
-            "order": "desc",
-            "limit": 5,
-            "area": {"center": [117.2, 39.1], "radius_m": 2000},
-        },
-        {
-            "element_type": "junction",
-            "field": "pressure",
-            "time": "2026-11-01T09:00:00Z",
-            "area": {"district": "Nowhere"},
-        },
-        {
-            "element_type": "junction",
-            "field": "head",
-            "time": "2026-11-01T09:00:00Z",
-            "area": {"layer_key": "water_mains", "source_fid": "WM-200003"},
-        },
-    ],
-    "rank_scada_deviation": [
-        {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "pressure"},
-        {"start": "2026-11-01T08:00:00Z", "end": "2026-11-01T12:00:00Z", "quantity": "flow", "limit": 3},
-        {
-            "start": "2026-11-01T06:00:00Z",
-            "end": "2026-11-01T12:00:00Z",
-            "quantity": "level",
-            "area": {"district": "Hexi"},
-        },
-    ],
-    "get_workbench_runtime": [{}, {"data_source": "scada"}],
-    "query_peripheral_data": [
-        {"source": "points"},
-        {"source": "work_orders", "limit": 5},
-        {"source": "observations", "point_id": "HY-001"},
-        {"source": "test_data", "limit": 5},
-    ],
-    "list_analysis_runs": [{}, {"limit": 2, "offset": 1}],
-    "get_analysis_run": [{"run_id": "burst-20261101-0800"}, {"run_id": "no-such-run"}],
-    "list_analysis_results": [
-        {"run_id": "isolation-20261101-0830"},
-        {"run_id": "isolation-20261101-0830", "result_type": "valves_to_close"},
-    ],
-    "query_analysis_series": [
-        {
-            "run_id": "burst-20261101-0800",
-            "element_type": "junction",
-            "element_id": "JUNCTION-0",
-            "field": "pressure",
-            **DAY,
-        },
-    ],
-    "query_analysis_values": [
-        {
-            "run_id": "burst-20261101-0800",
-            "element_type": "junction",
-            "field": "pressure",
-            "time": "2026-11-01T08:00:00Z",
-        },
-    ],
-    "list_sensor_placement_runs": [{}],
-    "get_sensor_placement_run": [{"run_id": "placement-coverage-10"}, {"run_id": "placement-demand-20", "limit": 3}],
-    "query_element_history": [
-        {"elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}], **DAY, "mode": "observed"},
-        {
-            "elements": [{"element_type": "junction", "element_id": "JUNCTION-0"}],
-            **DAY,
-            "mode": "analysis_comparison",
-            "run_id": "burst-20261101-0800",
-        },
-    ],
-    # Task tools: the ordinary_chat scope below is refused by them; the refusal must be the same.
-    "get_task_context": [{}],
-    "get_task_evidence": [{"evidence_id": "ev-unknown"}],
-    "test_slow_query": [{"seconds": 0.01}],
-}
+#: tool name → its example arguments (``ToolSpec.examples``: declared with the tool, against the demo data;
+#: refusals among them must match too).
+SAMPLES: dict[str, list[dict[str, Any]]] = {t.name: [dict(a) for a in t.examples] for t in all_tools()}
 
 
 def demo_scope() -> QueryScope:

@@ -6,7 +6,6 @@ response that contradicts the schema."""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -20,10 +19,10 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from contexts import dev_issuer
-from queries.api import NOT_ON_REST, ROUTES
+from queries.api import example_request, routes
 from queries.registry import tools_by_name
 from tests.conftest import ServerProcess
-from tests.queries.conftest import CLIENT, DEMO, DEMO_B, structured
+from tests.queries.conftest import CLIENT, DEMO, DEMO_B
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -31,121 +30,6 @@ START, END, AT = "2026-11-01T06:00:00Z", "2026-11-01T10:00:00Z", "2026-11-01T08:
 HISTORY = [{"element_type": "pipe", "element_id": "LINK-225"}]
 HEXI = {"district": "Hexi"}
 
-# One ordinary call per REST tool: (path under /api/v1/projects/<project>/, query, the same call's MCP arguments).
-SAMPLES: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    "get_element_properties": (
-        "pipes/properties",
-        {"element_id": "LINK-1523"},
-        {"element_type": "pipe", "element_id": "LINK-1523"},
-    ),
-    "list_elements": ("tanks", {"limit": "5", "offset": "3"}, {"element_type": "tank", "limit": 5, "offset": 3}),
-    "get_network_options": ("network-options/hydraulic", {}, {"kind": "hydraulic"}),
-    "get_network_schema": ("network-schemas/scada-device", {}, {"kind": "scada-device"}),
-    "query_nearby_elements": (
-        "spatial/nearby",
-        {"center": "117.2,39.1", "radius_m": "800", "limit": "4"},
-        {"center": [117.2, 39.1], "radius_m": 800, "limit": 4},
-    ),
-    "get_element_gis_properties": (
-        "gis/elements/junction/JUNCTION-1",
-        {},
-        {"element_type": "junction", "element_id": "JUNCTION-1"},
-    ),
-    "get_source_gis_properties": (
-        "gis/layers/water_mains/features/WM-200003",
-        {},
-        {"layer_key": "water_mains", "source_fid": "WM-200003"},
-    ),
-    "list_scada_devices": ("scada-devices", {"limit": "7", "offset": "2"}, {"limit": 7, "offset": 2}),
-    "get_scada_device": ("scada-devices/PT-004", {}, {"device_id": "PT-004"}),
-    "query_scada_readings": (
-        "timeseries/scada-readings",
-        {"device_ids": ["PT-004", "FT-001"], "start": START, "end": END, "field": "cleaned_value", "limit": "40"},
-        {"device_ids": ["PT-004", "FT-001"], "start": START, "end": END, "field": "cleaned_value", "limit": 40},
-    ),
-    "query_model_baseline_series": (
-        "timeseries/baseline/series",
-        {"element_type": "junction", "element_ids": "JUNCTION-0,JUNCTION-1", "start": START, "end": END},
-        {"element_type": "junction", "element_ids": ["JUNCTION-0", "JUNCTION-1"], "start": START, "end": END},
-    ),
-    "get_model_baseline_at_time": (
-        "timeseries/baseline/at-time",
-        {"element_type": "pipe", "element_id": "LINK-1523", "time": AT},
-        {"element_type": "pipe", "element_id": "LINK-1523", "time": AT},
-    ),
-    "query_model_baseline_field": (
-        "timeseries/baseline/records",
-        {"element_type": "tank", "field": "pressure", "time": AT, "limit": "10"},
-        {"element_type": "tank", "field": "pressure", "time": AT, "limit": 10},
-    ),
-    "get_connected_elements": (
-        "pipes/connected",
-        {"element_id": "LINK-1523", "depth": "2", "limit": "15"},
-        {"element_type": "pipe", "element_id": "LINK-1523", "depth": 2, "limit": 15},
-    ),
-    "trace_flow_path": (
-        "junctions/flow-path",
-        {"element_id": "JUNCTION-1304", "direction": "upstream", "time": AT, "max_elements": "40"},
-        {
-            "element_type": "junction",
-            "element_id": "JUNCTION-1304",
-            "direction": "upstream",
-            "time": AT,
-            "max_elements": 40,
-        },
-    ),
-    "rank_model_baseline": (
-        "timeseries/baseline/ranking",
-        {"element_type": "junction", "field": "pressure", "time": AT, "limit": "10", "area": json.dumps(HEXI)},
-        {"element_type": "junction", "field": "pressure", "time": AT, "limit": 10, "area": HEXI},
-    ),
-    "rank_scada_deviation": (
-        "timeseries/scada-deviation",
-        {"start": START, "end": END, "quantity": "pressure", "limit": "5"},
-        {"start": START, "end": END, "quantity": "pressure", "limit": 5},
-    ),
-    "list_analysis_runs": ("analysis/runs", {}, {}),
-    "get_analysis_run": ("analysis/runs/burst-20261101-0800", {}, {"run_id": "burst-20261101-0800"}),
-    "list_analysis_results": (
-        "analysis/runs/isolation-20261101-0830/results",
-        {"result_type": "valves_to_close"},
-        {"run_id": "isolation-20261101-0830", "result_type": "valves_to_close"},
-    ),
-    "query_analysis_series": (
-        "timeseries/analysis/runs/burst-20261101-0800/series",
-        {"element_type": "pipe", "element_id": "LINK-1523", "field": "flow", "start": START, "end": END},
-        {
-            "run_id": "burst-20261101-0800",
-            "element_type": "pipe",
-            "element_id": "LINK-1523",
-            "field": "flow",
-            "start": START,
-            "end": END,
-        },
-    ),
-    "query_analysis_values": (
-        "timeseries/analysis/runs/burst-20261101-0800/values",
-        {"element_type": "junction", "field": "pressure", "time": AT, "limit": "10"},
-        {"run_id": "burst-20261101-0800", "element_type": "junction", "field": "pressure", "time": AT, "limit": 10},
-    ),
-    "list_sensor_placement_runs": ("sensor-placement-runs", {}, {}),
-    "get_sensor_placement_run": (
-        "sensor-placement-runs/placement-coverage-10",
-        {"limit": "5"},
-        {"run_id": "placement-coverage-10", "limit": 5},
-    ),
-    "query_element_history": (
-        "timeseries/element-history",
-        {"elements": json.dumps(HISTORY), "start": START, "end": END, "mode": "realtime_comparison", "limit": "30"},
-        {"elements": HISTORY, "start": START, "end": END, "mode": "realtime_comparison", "limit": 30},
-    ),
-    "get_workbench_runtime": ("workbench/runtime", {}, {}),
-    "query_peripheral_data": (
-        "peripheral/observations",
-        {"point_id": "HY-001", "limit": "5"},
-        {"source": "observations", "point_id": "HY-001", "limit": 5},
-    ),
-}
 # The same refusal on both edges: bob holds only webgis.view on the demo.
 REFUSED_FOR_BOB = ["get_scada_device", "query_model_baseline_field", "get_sensor_placement_run"]
 
@@ -174,21 +58,40 @@ def _same(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "queried_at"}
 
 
+def rest_examples() -> list[tuple[str, int]]:
+    """(tool, example index) for every example of every tool on REST (``ToolSpec.examples``)."""
+    return [(spec.name, i) for spec in tools_by_name().values() if spec.rest for i in range(len(spec.examples))]
+
+
 def test_every_registry_tool_is_on_rest_or_says_why() -> None:
-    routed = {route.tool for route in ROUTES}
-    for name in tools_by_name():
-        assert name in routed or name in NOT_ON_REST, f"{name} is neither on REST nor listed in NOT_ON_REST"
-    assert set(SAMPLES) == routed & set(tools_by_name()), "every REST tool needs a parity sample"
+    routed = {route.tool for route in routes()}
+    for name, spec in tools_by_name().items():
+        assert (name in routed) != bool(spec.not_on_rest), f"{name}: either a REST route or why it has none"
+    assert {tool for tool, _ in rest_examples()} == routed, "every REST tool has examples"
 
 
-@pytest.mark.parametrize("tool", sorted(SAMPLES))
-def test_rest_and_mcp_give_the_same_data(tool: str, demo_server: ServerProcess, demo_call: Any) -> None:
-    path, query, arguments = SAMPLES[tool]
+@pytest.mark.parametrize(("tool", "example"), rest_examples())
+def test_rest_and_mcp_give_the_same_data(tool: str, example: int, demo_server: ServerProcess, demo_call: Any) -> None:
+    """Every example of every REST tool: the same envelope over REST and MCP, or the same refusal."""
+    arguments = dict(tools_by_name()[tool].examples[example])
+    path, query = example_request(tools_by_name()[tool], arguments)
     response = rest(demo_server, DEMO, path, query)
+    over_mcp = demo_call(tool, arguments)["result"]
+    if over_mcp["isError"]:
+        assert response.status_code >= 400, response.text
+        assert response.json()["code"] == over_mcp["structuredContent"]["code"]
+        return
     assert response.status_code == 200, response.text
     assert response.headers["cache-control"] == "private, no-store"
-    over_mcp = structured(demo_call(tool, arguments))
-    assert _same(response.json()) == _same(over_mcp)
+    assert _same(response.json()) == _same(over_mcp["structuredContent"])
+
+
+def test_arrays_take_repeated_or_comma_separated_values(demo_server: ServerProcess) -> None:
+    repeated = rest(demo_server, DEMO, "spatial/nearby", {"center": ["117.2", "39.1"], "radius_m": "800", "limit": "4"})
+    commas = rest(demo_server, DEMO, "spatial/nearby", {"center": "117.2,39.1", "radius_m": "800", "limit": "4"})
+    assert repeated.status_code == commas.status_code == 200, (repeated.text, commas.text)
+    assert _same(repeated.json()) == _same(commas.json())
+    assert repeated.json()["data"]["items"]
 
 
 def test_same_refusals_on_both_edges(demo_server: ServerProcess, demo_call: Any) -> None:
@@ -209,7 +112,8 @@ def test_a_tool_without_the_permission_is_refused_on_both_edges(
 ) -> None:
     """One decision (queries.access) on both edges: REST answers 403 PERMISSION_DENIED naming the missing
     code; MCP renders the same decision as an unknown tool (R-PROTO-3: its existence is not revealed)."""
-    path, query, arguments = SAMPLES[tool]
+    arguments = dict(tools_by_name()[tool].examples[0])
+    path, query = example_request(tools_by_name()[tool], arguments)
     response = rest(demo_server, DEMO, path, query, who="bob")
     assert (response.status_code, response.json()["code"]) == (403, "PERMISSION_DENIED")
     assert response.json()["details"]["missing_permissions"] == list(tools_by_name()[tool].permissions)
@@ -257,9 +161,7 @@ def test_openapi_document_and_page(demo_server: ServerProcess) -> None:
     document = httpx2.get(f"{demo_server.url}/api/schema/", params={"format": "json"}, timeout=30).json()
     assert document["openapi"].startswith("3.1")
     operations = {op["operationId"]: op for item in document["paths"].values() for op in item.values()}
-    for route in ROUTES:
-        if route.tool not in tools_by_name():
-            continue
+    for route in routes():
         operation = operations[route.tool]
         assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].startswith(
             "#/components/schemas/"
@@ -283,7 +185,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_contradiction(demo_ser
     )
     headers = {"Authorization": f"Bearer {api_token()}"}
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= len(SAMPLES)
+    assert len(operations) >= len(routes())
     for operation in operations:
 
         @given(case=operation.as_strategy())
