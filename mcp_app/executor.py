@@ -337,8 +337,8 @@ _CONVERTER_CONNECTION: list[Any] = []
 
 def _converter_connection() -> Any:
     """The Django connection wrapper Django's row converters are given (they read its operations and
-    features, never run SQL): looked up once — ``connections[...]`` is a context-local lookup that cost
-    ≈ 3 % of a call's GIL time when done per statement."""
+    features, never run SQL): looked up once — ``connections[...]`` is a context-local lookup, measurable
+    per statement (``mcp_app/README.md`` "Measuring")."""
     if not _CONVERTER_CONNECTION:
         _CONVERTER_CONNECTION.append(connections[DB_ALIAS])
     return _CONVERTER_CONNECTION[0]

@@ -1,12 +1,11 @@
 """The single-exchange HTTP entry for MCP 2026-07-28 POSTs, lean (issue 10).
 
 The SDK's entry (``mcp.server._streamable_http_modern.handle_modern_request`` behind
-``StreamableHTTPSessionManager``) costs more per call than the whole bare tool: profiled on the
-perf-anchors call (``py-spy --gil``, c=8), it was ≈ 33 % of T's GIL time — an anyio task group with two
-tasks, a memory object stream and a cancel scope per request for the SSE deferral, a Starlette
-``Response`` per answer, the reply validated into a ``JSONRPCResponse`` and dumped again, the body
-buffered by a replaying middleware. This module keeps every *decision* of that entry and takes each
-one from the SDK itself, in the same order:
+``StreamableHTTPSessionManager``) costs more per call than the whole bare tool (the profile is in
+``mcp_app/README.md`` "Measuring") — an anyio task group with two tasks, a memory object stream and a cancel
+scope per request for the SSE deferral, a Starlette ``Response`` per answer, the reply validated into a
+``JSONRPCResponse`` and dumped again, the body buffered by a replaying middleware. This module keeps every
+*decision* of that entry and takes each one from the SDK itself, in the same order:
 
 1. transport security (Content-Type, Host, Origin) — the SDK's ``TransportSecurityMiddleware``;
 2. the ``Accept`` check (JSON and SSE) — the SDK's ``check_accept_headers`` (406);

@@ -141,8 +141,8 @@ def configure(config: dict[str, Any]) -> None:
     """Django's ``LOGGING_CONFIG``: apply ``LOGGING``, then install the redaction everywhere.
 
     Records do not collect what no format here prints (the logging HOWTO, "Optimization"): the caller's
-    file and line (a stack walk per record), thread, process and multiprocessing names. The per-call
-    log line of ``/mcp`` cost ≈ 6 % of a call's GIL time with them (issue 10)."""
+    file and line (a stack walk per record), thread, process and multiprocessing names (their cost on the
+    per-call log line of ``/mcp``: ``mcp_app/README.md`` "Measuring")."""
     logging.config.dictConfig(config)
     logging._srcfile = None  # type: ignore[attr-defined]  # documented switch: no findCaller()
     logging.logThreads = False
