@@ -2,7 +2,7 @@
 
 authenticate (done by the HTTP layer) → find the tool in the catalog → validate the arguments against
 its wire schema (and as text: no lone surrogates, no NUL) → resolve the ``QueryScope`` from the context
-handle (one statement on the MCP query pool, then ``contexts.services.check_context``; R-CTX-3, never
+handle (one statement on the MCP query pool, then ``contexts.selectors.check_context``; R-CTX-3, never
 cached) → check the caller may use the tool → take a process query slot (``QueryDatabase.tool_slots``;
 full → ``RATE_LIMITED`` at once) → take the tenant's in-flight slot in Redis (``limits``; over →
 ``RATE_LIMITED`` at once) → check out a pooled connection → run the service's plan with the async driver
@@ -46,7 +46,7 @@ from contexts.errors import (
     ToolNotInContext,
 )
 from contexts.scope import QueryScope
-from contexts.services import context_handle_acceptable, hash_handle
+from contexts.selectors import context_handle_acceptable, hash_handle
 from contexts.tokens import VerifiedToken
 from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry

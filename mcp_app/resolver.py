@@ -2,7 +2,7 @@
 
 Input is the verified token and the ``context_handle`` the caller sent; nothing else in a tool's input
 can choose the project (R-TOOL, R-CTX-6). The handle is resolved on the event loop with the statement and
-the checks of ``contexts.services.resolve_context`` (R-CTX-3), which re-check the binding, the token's
+the checks of ``contexts.selectors.resolve_context`` (R-CTX-3), which re-check the binding, the token's
 issuer, subject and client, expiry, revocation, the live membership and — for task purposes — the run
 and its lease, on every call, in every process.
 """
@@ -16,12 +16,7 @@ from django.utils import timezone
 
 from contexts.errors import ContextInvalid, ProjectContextRequired
 from contexts.scope import QueryScope
-from contexts.services import (
-    check_context,
-    context_handle_acceptable,
-    context_row_query_by_hash,
-    hash_handle,
-)
+from contexts.selectors import check_context, context_handle_acceptable, context_row_query_by_hash, hash_handle
 from contexts.tokens import VerifiedToken
 from mcp_app.executor import Template
 from tjwater import telemetry
@@ -60,7 +55,7 @@ Fetch = Callable[[Any], Awaitable[Any]]
 async def resolve_scope_async(
     *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
 ) -> QueryScope:
-    """``contexts.services.resolve_context`` on the event loop: the same statement (``context_row_query``,
+    """``contexts.selectors.resolve_context`` on the event loop: the same statement (``context_row_query``,
     compiled once as a ``Template``) run through the MCP driver, then the same checks (``check_context``);
     the row is re-read from PostgreSQL on every call, never cached (R-CTX-3). No handle →
     ``ProjectContextRequired`` (``missing`` is its message). Which tools the scope may call is decided by

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 from django.utils import timezone
 
-from contexts import access, services
+from contexts import access, selectors, services
 from contexts.errors import ApplicationError
 from contexts.models import Membership, Principal, Project
 from contexts.onboarding import membership_grant, membership_revoke
@@ -150,7 +150,7 @@ def test_access_matrix(principal: str, purpose: str, membership: str, owner: str
         set_membership(case, membership)
     token = factories.token(case.caller)
     for tool, needs in CATALOG.items():
-        answer = outcome(lambda tool=tool, needs=needs: services.resolve_context(  # type: ignore[misc]
+        answer = outcome(lambda tool=tool, needs=needs: selectors.resolve_context(  # type: ignore[misc]
             handle=handle, token=token, tool_name=tool, required_permissions=sorted(needs)
         ))  # fmt: skip
         assert answer[0] == expected_call(principal, purpose, membership, tool), tool
@@ -185,7 +185,7 @@ def test_a_membership_revoke_revokes_its_contexts_in_the_same_transaction() -> N
     case = arrange("full", "self")
     handle = bind(case, "ordinary_chat").handle
     set_membership(case, "regranted_after_bind")
-    context = services.QueryContext.objects.get(handle_hash=services.hash_handle(handle))
+    context = services.QueryContext.objects.get(handle_hash=selectors.hash_handle(handle))
     assert context.revoked_at is not None and context.revoke_reason.startswith("membership revoked")
     assert context.state(timezone.now()) == "revoked"
     # A new bind after the grant works.

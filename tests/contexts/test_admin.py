@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from contexts import services
+from contexts import selectors, services
 from contexts.admin import actors_as_people
 from contexts.errors import ContextRevoked
 from contexts.models import ContextEvent, Membership, QueryContext
@@ -95,7 +95,7 @@ def test_revoke_action_asks_for_a_reason_then_revokes_with_the_operator(operator
     assert QueryContext.objects.get(pk=untouched.context_id).revoked_at is None
 
     with pytest.raises(ContextRevoked):
-        services.resolve_context(
+        selectors.resolve_context(
             handle=first.handle, token=factories.token(world.alice), tool_name=None, required_permissions=[]
         )
 

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from django.test import override_settings
 
-from contexts import dev_issuer, services
+from contexts import dev_issuer, selectors, services
 from contexts.errors import ContextInvalid, ContextRevoked
 from contexts.models import ContextEvent, Principal, Project, QueryContext, TaskReport
 from tests.conftest import ServerProcess, free_port
@@ -97,7 +97,7 @@ def test_create_ordinary_chat_returns_the_handle_once(server: ServerProcess, e2e
     assert body["tools"] == sorted(body["tools"])
     assert response.headers["cache-control"] == "no-store"
     handle = body["context_handle"]
-    scope = services.resolve_context(
+    scope = selectors.resolve_context(
         handle=handle, token=factories.token(e2e.alice), tool_name="get_element_properties", required_permissions=[]
     )
     assert scope.project_id == e2e.alpha.pk
@@ -180,7 +180,7 @@ def test_task_execution_for_the_host_client_only(server: ServerProcess, e2e: E2E
     created = post(server, bearer(e2e.alice), body)
     assert created.status_code == 201, created.text
     assert created.json()["purpose"] == "task_execution"
-    scope = services.resolve_context(
+    scope = selectors.resolve_context(
         handle=created.json()["context_handle"], token=factories.token(e2e.alice), tool_name=None,
         required_permissions=[],
     )  # fmt: skip
@@ -207,7 +207,7 @@ def test_a_task_binding_takes_the_report_revision_to_pin(server: ServerProcess, 
     pinned = post(server, bearer(e2e.alice), {**body, "report_revision": 1})
     assert pinned.status_code == 201, pinned.text
     assert pinned.json()["report_revision"] == 1
-    handle_hash = services.hash_handle(pinned.json()["context_handle"])
+    handle_hash = selectors.hash_handle(pinned.json()["context_handle"])
     assert QueryContext.objects.get(handle_hash=handle_hash).report_revision == 1
 
     unknown = post(server, bearer(e2e.alice), {**body, "report_revision": 3})
@@ -249,16 +249,18 @@ def test_only_the_owner_deletes_and_everyone_else_gets_the_same_404(server: Serv
     assert by_bob.status_code == by_other_client.status_code == unknown.status_code == 404
     assert by_bob.json() == by_other_client.json() == unknown.json()
     alice = factories.token(e2e.alice)
-    services.resolve_context(handle=handle, token=alice, tool_name=None, required_permissions=[])
+    selectors.resolve_context(handle=handle, token=alice, tool_name=None, required_permissions=[])
 
     # Revoking needs no more than a valid token of the owner.
     owner = delete(server, bearer(e2e.alice, scopes=["mcp.query"]), handle)
     assert owner.status_code == 204
     assert delete(server, bearer(e2e.alice), handle).status_code == 204
     with pytest.raises(ContextRevoked):
-        services.resolve_context(handle=handle, token=alice, tool_name=None, required_permissions=[])
+        selectors.resolve_context(handle=handle, token=alice, tool_name=None, required_permissions=[])
     with pytest.raises(ContextInvalid):
-        services.resolve_context(handle=handle, token=factories.token(e2e.bob), tool_name=None, required_permissions=[])
+        selectors.resolve_context(
+            handle=handle, token=factories.token(e2e.bob), tool_name=None, required_permissions=[]
+        )
     assert delete(server, {}, handle).status_code == 401
 
 

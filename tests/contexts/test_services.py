@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from contexts import access, services
+from contexts import access, selectors, services
 from contexts.errors import (
     ApplicationError,
     ContextExpired,
@@ -42,7 +42,7 @@ def create(token: VerifiedToken, project: str | None, purpose: str = "ordinary_c
 
 
 def resolve(handle: str, token: VerifiedToken, tool: str | None = "get_element_properties", perms=("webgis.view",)):
-    return services.resolve_context(handle=handle, token=token, tool_name=tool, required_permissions=perms)
+    return selectors.resolve_context(handle=handle, token=token, tool_name=tool, required_permissions=perms)
 
 
 def refusal(exc_info: pytest.ExceptionInfo[ApplicationError]) -> dict[str, object]:
@@ -371,7 +371,7 @@ def test_revoked_and_expired_handles_are_refused(world: World) -> None:
         resolve(revoked.handle, token)
     expiring = create(token, ALPHA)
     with pytest.raises(ContextExpired):
-        services.resolve_context(
+        selectors.resolve_context(
             handle=expiring.handle,
             token=token,
             tool_name="get_element_properties",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from contexts.models import ContextEvent, Permission, Project, QueryContext
-from contexts.services import hash_handle
+from contexts.selectors import hash_handle
 from tests.conftest import ServerProcess
 from tests.e2e.browser import Browser, Page
 from tests.interop.conftest import Members, create_context, idp_env

@@ -23,7 +23,8 @@ from django.utils import timezone
 
 from contexts.models import ContextEvent, ExecutionRequest, Principal, Project, QueryContext, Task, TaskRun
 from contexts.scope import QueryScope
-from contexts.services import context_create, resolve_context, tool_catalog
+from contexts.selectors import resolve_context
+from contexts.services import context_create, tool_catalog
 from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.task_tools import DEMO_SAMPLE_SOURCE

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from contexts.models import Permission, QueryContext
-from contexts.services import hash_handle
+from contexts.selectors import hash_handle
 from tests.conftest import ServerProcess
 from tests.interop.conftest import Members, create_context, idp_env
 from tests.interop.idp import USERS, IdentityProvider, submit_login

@@ -29,6 +29,8 @@ def spec_with(input_schema: dict[str, Any]) -> ToolSpec:
         semantics="model_network",
         invoke=base.invoke,
         summarize=base.summarize,
+        not_on_rest="a unit test's probe",
+        examples=({"x": 1},),
     )
 
 
@@ -161,7 +163,7 @@ def test_invalid_text_is_refused_at_wire_validation() -> None:
 
 
 def test_hash_handle_never_raises() -> None:
-    from contexts.services import context_handle_acceptable, hash_handle
+    from contexts.selectors import context_handle_acceptable, hash_handle
 
     assert len(hash_handle("\ud800abc")) == 64
     assert not context_handle_acceptable("\ud800" + "a" * 30)

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from contexts.models import Principal
 from contexts.scope import QueryScope
-from contexts.services import hash_handle
+from contexts.selectors import hash_handle
 from contexts.tokens import VerifiedToken
 from mcp_app.dispatch import TenantHints
 from mcp_app.limits import ConcurrencyLimiter, slot_key

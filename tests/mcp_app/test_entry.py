@@ -20,7 +20,8 @@ import pytest
 from django.conf import settings
 
 from contexts.models import ContextEvent, Membership, Principal, QueryContext, TaskReport
-from contexts.services import MAX_REVOKE_BATCH, hash_handle
+from contexts.selectors import hash_handle
+from contexts.services import MAX_REVOKE_BATCH
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from mcp_app.entry import REFRESH_S
 from mcp_app.models import EntrySwitch

@@ -1,5 +1,5 @@
 """The scope resolver of the dispatch path: every call's ``QueryScope`` comes from a real context handle;
-there is no other way to name a project. The checks on a bound handle are ``contexts.services.resolve_context``'s
+there is no other way to name a project. The checks on a bound handle are ``contexts.selectors.resolve_context``'s
 (the hot path ``mcp_app.resolver.resolve_scope_async`` runs the same statement and ``check_context`` on
 its own pool; tests/mcp_app/test_protocol.py drives it over HTTP); no handle is refused before any query."""
 
@@ -14,7 +14,8 @@ from django.utils import timezone
 
 from contexts.errors import ContextInvalid, PermissionDenied, ProjectContextRequired, ToolNotInContext
 from contexts.models import Membership, Principal, Project
-from contexts.services import context_create, resolve_context, tool_catalog
+from contexts.selectors import resolve_context
+from contexts.services import context_create, tool_catalog
 from contexts.tokens import VerifiedToken
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 
