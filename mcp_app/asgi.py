@@ -42,9 +42,9 @@ from mcp_app import auth
 from mcp_app.catalog import build_catalog
 from mcp_app.dispatch import Dispatcher
 from mcp_app.entry import EntryWatch
-from mcp_app.executor import QueryDatabase, warm_django_connection
 from mcp_app.limits import ConcurrencyLimiter, limiter_from_settings
 from mcp_app.metrics import PoolSampler
+from mcp_app.pool import QueryDatabase, warm_django_connection
 from mcp_app.probe import CancellationProbe, is_service_client
 from mcp_app.sdk import dns_rebinding_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server

@@ -59,8 +59,9 @@ from mcp_app.errors import (
     resource_refused,
     unknown_tool,
 )
-from mcp_app.executor import ConnectionLease, Execution, QueryDatabase, run_plan
+from mcp_app.executor import Execution, run_plan
 from mcp_app.limits import ConcurrencyLimiter
+from mcp_app.pool import ConnectionLease, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 from mcp_app.resources import (
     check_cursor,

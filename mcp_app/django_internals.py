@@ -1,10 +1,10 @@
-"""Django's private queryset internals the MCP executor reads — read here and nowhere else (issue 18 §3).
+"""Django's private queryset internals the MCP driver reads — read here and nowhere else (issue 18 §3).
 
-The executor (``mcp_app.executor``) compiles a plan's ``.values()``/``.values_list()`` querysets to SQL
-itself and caches them per statement shape; for that it must know which row flavour a queryset returns
-and with which names, which Django exposes through no public API. Verified against Django
-``VERIFIED_DJANGO`` (any 5.2.x); ``mcp_app.checks`` refuses to start with another feature release
-(``mcp_app.E009``) and lists ``FENCED``, the names to re-read on an upgrade.
+The statement cache (``mcp_app.statement_cache``, ``mcp_app.shape_keys``) compiles a plan's
+``.values()``/``.values_list()`` querysets to SQL itself and caches them per statement shape; for that it
+must know which row flavour a queryset returns and with which names, which Django exposes through no
+public API. Verified against Django ``VERIFIED_DJANGO`` (any 5.2.x); ``mcp_app.checks`` refuses to start
+with another feature release (``mcp_app.E009``) and lists ``FENCED``, the names to re-read on an upgrade.
 ``tests/mcp_app/test_sdk_fence.py`` fails if another module reads one of the private attributes.
 """
 

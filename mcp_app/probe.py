@@ -42,7 +42,8 @@ from django.conf import settings
 
 from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.tokens import VerifiedToken
-from mcp_app.executor import Execution, QueryDatabase, run_plan
+from mcp_app.executor import Execution, run_plan
+from mcp_app.pool import QueryDatabase
 from mcp_app.transport import watch_disconnect
 from queries.plan import Plan, Raw
 

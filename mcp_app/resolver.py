@@ -18,7 +18,7 @@ from contexts.errors import ContextInvalid, ProjectContextRequired
 from contexts.scope import QueryScope
 from contexts.selectors import check_context, context_handle_acceptable, context_row_query_by_hash, hash_handle
 from contexts.tokens import VerifiedToken
-from mcp_app.executor import Template
+from mcp_app.statement_cache import Template
 from tjwater import telemetry
 
 # Where ``resources/read`` carries the handle (R-CTX-6: the application namespace of ``_meta``).
@@ -47,7 +47,7 @@ def _row_template() -> Template:
     return _TEMPLATE
 
 
-#: Runs one plan statement and returns its rows (``mcp_app.executor.QueryDatabase.fetch``).
+#: Runs one plan statement and returns its rows (``mcp_app.pool.QueryDatabase.fetch``).
 Fetch = Callable[[Any], Awaitable[Any]]
 
 

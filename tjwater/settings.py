@@ -213,7 +213,7 @@ TJWATER_MCP_HOST_CLIENT = env.str("TJWATER_MCP_HOST_CLIENT", default="tjwater-ag
 TJWATER_MCP_EXPOSED_TOOLS = env.list("TJWATER_MCP_EXPOSED_TOOLS", default=[])
 TJWATER_MCP_QUERY_BUDGET_S = env.int("TJWATER_MCP_QUERY_BUDGET_S", default=30)
 TJWATER_MCP_MAX_CONCURRENT = env.int("TJWATER_MCP_MAX_CONCURRENT", default=4)
-# Read-only PostgreSQL connections of /mcp's own query pool, per server process (mcp_app.executor), opened
+# Read-only PostgreSQL connections of /mcp's own query pool, per server process (mcp_app.pool), opened
 # at start-up and kept. Total connections = TJWATER_WORKERS × (this + TJWATER_DB_POOL_MAX) + Celery; keep
 # it below PostgreSQL's max_connections (README "Scale out"). A process runs at most this minus 1-2 tool
 # queries at once (the rest resolve new calls) and refuses more at once with RATE_LIMITED.

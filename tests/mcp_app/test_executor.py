@@ -20,7 +20,9 @@ from django.conf import settings
 from contexts.errors import ApplicationError
 from contexts.models import Membership
 from contexts.scope import QueryScope
-from mcp_app.executor import Execution, QueryDatabase, StatementCompiler, Template, _Shape, run_plan
+from mcp_app.executor import Execution, run_plan
+from mcp_app.pool import QueryDatabase
+from mcp_app.statement_cache import StatementCompiler, Template, _Shape
 from queries.plan import run_sync
 from queries.registry import all_tools
 
