@@ -5,7 +5,7 @@ The statement cache (``mcp_app.statement_cache``, ``mcp_app.shape_keys``) compil
 must know which row flavour a queryset returns and with which names, which Django exposes through no
 public API. Verified against Django ``VERIFIED_DJANGO`` (any 5.2.x); ``mcp_app.checks`` refuses to start
 with another feature release (``mcp_app.E009``) and lists ``FENCED``, the names to re-read on an upgrade.
-``tests/mcp_app/test_sdk_fence.py`` fails if another module reads one of the private attributes.
+``tests/mcp_app/test_django_internals.py`` fails if another module reads one of the private attributes.
 """
 
 from __future__ import annotations
