@@ -4,7 +4,7 @@ Each name below is private to the SDK (an underscore name, or a name from a modu
 with one): any release may change or remove it without notice. They were read and verified against
 ``mcp`` ``VERIFIED_MCP_VERSION``; ``mcp_app.checks`` refuses to start with another version
 (``mcp_app.E008``) and lists ``FENCED``, the names to re-read on an upgrade. The rest of the project
-imports the public aliases defined here. ``tests/mcp_app/test_sdk_fence.py`` fails if any other module
+imports the public aliases defined here. ``tests/mcp_app/test_sdk.py`` fails if any other module
 imports a private ``mcp``/``mcp_types`` name, or if a name imported here is missing from ``FENCED``.
 
 Why private at all: ``mcp_app.transport`` re-implements the SDK's 2026-07-28 POST entry
