@@ -20,14 +20,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from contexts.access import REST_READ_SCOPE, SCOPE_CONTEXT_BIND
-from contexts.tokens import (
-    AuthUnavailable,
-    InvalidToken,
-    MissingToken,
-    VerifiedToken,
-    bearer_from_authorization,
-    verify_token,
-)
+from contexts.token_errors import AuthUnavailable, InvalidToken, MissingToken
+from contexts.tokens import VerifiedToken, bearer_from_authorization, verify_token
 
 BIND_SCOPE = SCOPE_CONTEXT_BIND
 

@@ -26,15 +26,8 @@ from contexts.authentication import (
 from contexts.errors import NotFound
 from contexts.models import Membership
 from contexts.scope import QueryScope
-from contexts.tokens import (
-    AuthUnavailable,
-    InvalidToken,
-    MissingToken,
-    TokenValidator,
-    VerifiedToken,
-    bearer_from_authorization,
-    config_from_settings,
-)
+from contexts.token_errors import AuthUnavailable, InvalidToken, MissingToken
+from contexts.tokens import TokenValidator, VerifiedToken, bearer_from_authorization, config_from_settings
 
 #: The ``purpose`` of a REST scope (never a context purpose: REST reads no task or evidence).
 REST_PURPOSE = "rest"

@@ -27,16 +27,8 @@ from django.conf import settings
 
 from contexts import access
 from contexts.authentication import bearer_challenge
-from contexts.tokens import (
-    AuthUnavailable,
-    MalformedRequest,
-    MissingToken,
-    TokenError,
-    VerifiedToken,
-    bearer_from_authorization,
-    cached_verification,
-    verify_token,
-)
+from contexts.token_errors import AuthUnavailable, MalformedRequest, MissingToken, TokenError
+from contexts.tokens import VerifiedToken, bearer_from_authorization, cached_verification, verify_token
 
 SCOPE_CATALOG = access.SCOPE_CATALOG
 SCOPE_QUERY = access.SCOPE_QUERY

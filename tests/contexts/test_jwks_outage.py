@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from contexts.tokens import AuthUnavailable, InvalidToken, TokenValidator
+from contexts.token_errors import AuthUnavailable, InvalidToken
+from contexts.tokens import TokenValidator
 from tests.conftest import ServerProcess
 from tests.contexts.test_tokens import Issuer, _with_kid
 from tests.interop.mcp_http import mcp_request

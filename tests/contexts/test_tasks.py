@@ -20,7 +20,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from contexts import services, tasks, tokens
+from contexts import issuer_keys, services, tasks, tokens
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
 from tests.contexts import factories
 from tests.contexts.conftest import CATALOG
@@ -122,7 +122,7 @@ def real_issuer() -> Iterator[Issuer]:
     issuer.httpd.shutdown()
     issuer.httpd.server_close()
     client = redis.Redis.from_url(settings.REDIS_URL)
-    for key in client.scan_iter(f"{tokens.SHARED_JWKS_KEY_PREFIX}*"):
+    for key in client.scan_iter(f"{issuer_keys.SHARED_JWKS_KEY_PREFIX}*"):
         client.delete(key)
     client.close()
 

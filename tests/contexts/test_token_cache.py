@@ -14,7 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from contexts.tokens import TOKEN_CACHE_MAX_S, InvalidToken
+from contexts.token_errors import InvalidToken
+from contexts.tokens import TOKEN_CACHE_MAX_S
 from tests.contexts.test_tokens import Issuer
 
 

@@ -15,16 +15,8 @@ import pytest
 import redis
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from contexts.tokens import (
-    MAX_TOKEN_CHARS,
-    AuthUnavailable,
-    InvalidToken,
-    MalformedRequest,
-    MissingToken,
-    TokenValidator,
-    ValidatorConfig,
-    bearer_from_authorization,
-)
+from contexts.token_errors import AuthUnavailable, InvalidToken, MalformedRequest, MissingToken
+from contexts.tokens import MAX_TOKEN_CHARS, TokenValidator, ValidatorConfig, bearer_from_authorization
 from tests.conftest import ServerProcess
 from tests.interop.mcp_http import mcp_request
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from contexts import services, tokens
+from contexts import services, token_errors, tokens
 
 
 class Command(BaseCommand):
@@ -43,6 +43,6 @@ class Command(BaseCommand):
         if options["refresh_issuer_keys"]:
             try:
                 keys = tokens.refresh_issuer_keys()
-            except tokens.AuthUnavailable:
+            except token_errors.AuthUnavailable:
                 raise CommandError("the issuer's keys could not be fetched; the caches keep what they had") from None
             self.stdout.write(f"issuer keys refreshed source={keys.source} keys={len(keys.kids)} shared={keys.shared}")
