@@ -116,6 +116,7 @@ TOOLS: list[ToolSpec] = [
             time=parse_time(a["time"], "time"),
             max_elements=a.get("max_elements", topology.DEFAULT_TRACE_ELEMENTS),
         ),
+        item_parts=True,
         summarize=_trace_summary,
     ),
 ]
