@@ -229,7 +229,9 @@ def _fit_part(
     _node(structured, resolved[:-1])[resolved[-1]] = _prefix(members, 0)
     structured["continue_with"] = next_part(0)
     if json_size(structured) > max_bytes:
-        _leave_out(structured, ["data"], max_bytes, protect=resolved)
+        _leave_out(structured, ["data"], max_bytes, protect=resolved, strict=False)
+    if json_size(structured) > max_bytes:
+        _trim_ancestors(structured, resolved, max_bytes)
     _node(structured, resolved[:-1])[resolved[-1]] = members
     if cut_prefix(structured, resolved, max_bytes, next_part) or shown == 0:
         return _tidy(structured)
@@ -309,7 +311,12 @@ def _collections(node: Any, path: list[str | int]) -> list[tuple[int, list[str |
 
 
 def _leave_out(
-    structured: dict[str, Any], under: list[str | int], max_bytes: int, *, protect: list[str | int] | None
+    structured: dict[str, Any],
+    under: list[str | int],
+    max_bytes: int,
+    *,
+    protect: list[str | int] | None,
+    strict: bool = True,
 ) -> list[dict[str, Any]]:
     """Leave out (empty, in place) the largest nested values under ``under`` until the reply fits, each
     named by a path description added to ``structured["omitted"]``; ``protect`` (a part being read),
@@ -348,9 +355,29 @@ def _leave_out(
         removed.append(path)
         removed_descriptions.append(description)
         parent[path[-1]] = _prefix(value, 0)
-    if json_size(structured) > max_bytes or not omitted:
+    if strict and (json_size(structured) > max_bytes or not omitted):
         raise LimitExceeded("The result is too large to return inline even with its nested values left out.")
     return omitted
+
+
+def _trim_ancestors(structured: dict[str, Any], path: list[str | int], max_bytes: int) -> None:
+    """A part inside a free-form object of many small members (attributes): the objects that hold the
+    part keep only the member on its path, deepest first, each named in ``omitted`` with ``shown: 1``.
+    Records (a result's fixed fields) are never this large, and ``data`` itself is never trimmed."""
+    omitted: list[dict[str, Any]] = structured.setdefault("omitted", [])
+    for depth in range(len(path) - 1, 1, -1):
+        if json_size(structured) <= max_bytes:
+            return
+        holder_path = path[:depth]
+        holder = _node(structured, holder_path)
+        if not isinstance(holder, dict) or len(holder) < 2:
+            continue
+        description = _describe(holder_path, holder)
+        description["shown"] = 1
+        omitted.append(description)
+        _node(structured, holder_path[:-1])[holder_path[-1]] = {path[depth]: holder[path[depth]]}
+    if json_size(structured) > max_bytes:
+        raise LimitExceeded("The result is too large to return inline even with its nested values left out.")
 
 
 def _tidy(structured: dict[str, Any]) -> dict[str, Any]:

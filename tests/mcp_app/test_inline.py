@@ -180,6 +180,23 @@ def test_an_attribute_larger_than_the_cap_is_read_back_by_character() -> None:
     assert read_all("get_source_gis_properties", full, GIS_ARGS, ["data", "properties"]) == properties
 
 
+def test_a_long_attribute_among_many_small_ones_is_read_back() -> None:
+    """Reading the long attribute with ``part``, its many small siblings do not fit beside it: the object
+    holding it keeps only that member, named in ``omitted`` as shown in part."""
+    properties: dict[str, Any] = {f"attr_{n:03d}": f"value {n}" for n in range(600)}
+    properties["survey_note"] = "沿道路东侧敷设，穿越河道处加套管。" * 600
+    full = gis_feature(properties)
+    note = cut(
+        "get_source_gis_properties", full, {**GIS_ARGS, "part": {"data_path": ["data", "properties", "survey_note"]}}
+    )
+    shown = note["part"]["limit"]  # 4000 characters by default, fewer when they do not fit (3 bytes each)
+    assert 1000 < shown < 4000 and note["part"]["has_more"] is True
+    assert note["data"]["properties"] == {"survey_note": properties["survey_note"][:shown]}
+    [holder] = note["omitted"]
+    assert holder["path"] == "$.data.properties" and holder["length"] == 601 and holder["shown"] == 1
+    assert read_all("get_source_gis_properties", full, GIS_ARGS, ["data", "properties"]) == properties
+
+
 def analysis_results(payload_sizes: list[int]) -> dict[str, Any]:
     items = [
         {
