@@ -137,6 +137,7 @@ def test_only_tools_whose_one_item_can_exceed_the_cap_take_part() -> None:
         "get_sensor_placement_run",
         "query_peripheral_data",
         "trace_flow_path",
+        "get_workbench_runtime",
     }
     assert all(spec.item_parts == (name in with_part) for name, spec in tools_by_name().items())
 
@@ -266,6 +267,21 @@ def test_a_flow_trace_over_the_cap_continues_inside_the_result() -> None:
     assert 0 < kept < 500 and reply["truncated"] is True
     assert reply["continue_with"]["part"] == {"data_path": ["data", "items"], "offset": kept, "limit": kept}
     assert read_all("trace_flow_path", full, args, ["data", "items"]) == items
+
+
+def test_a_workbench_with_many_data_sources_is_read_in_parts() -> None:
+    """Not a page and no bound on how many sources a workbench reports: the list is read with part."""
+    sources = [
+        {"name": f"source-{n:04d}", "last_sync": "2026-11-01T08:00:00Z", "freshness_s": n, "status": "fresh"}
+        for n in range(400)
+    ]
+    data = {"simulation_clock": "2026-11-01T08:00:00Z", "active_scenario": None, "mode": "realtime",
+            "captured_at": "2026-11-01T08:00:00Z", "data_sources": sources}  # fmt: skip
+    full = envelope(data, source="workbench", origin="diagnostic")
+    reply = cut("get_workbench_runtime", full, {})
+    assert [o["path"] for o in reply["omitted"]] == ["$.data.data_sources"]
+    assert reply["continue_with"]["part"]["data_path"] == ["data", "data_sources"]
+    assert read_all("get_workbench_runtime", full, {}, ["data", "data_sources"]) == sources
 
 
 def test_a_long_analysis_series_continues_from_the_first_point_left_out() -> None:
