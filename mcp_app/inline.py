@@ -13,10 +13,10 @@ Every result is reachable (issue 23 item 9):
 - a time series that is not a page (``ToolSpec.series_start``: ``data.points`` in time order) is cut
   to the points that fit; ``continue_with`` asks again from the first point left out (its ``start``);
 - a tool where one item can exceed the cap (``ToolSpec.item_parts``) takes a ``part`` argument
-  (``queries.registry.PART_SCHEMA``): the value at ``part.data_path`` of the same call's result, paged like evidence
-  (R-PAGE-4: arrays by index, objects by key in code-point order, strings by character). When one item
-  does not fit, its largest nested values are left out, each named by a path description in
-  ``omitted`` (``{"path": "$.data.properties", "data_path": [...], "kind": "object", "length": 900}``),
+  (``queries.registry.PART_SCHEMA``): the value at ``part.data_path`` of the same call's result, paged
+  like evidence (R-PAGE-4: arrays by index, objects by key in code-point order, strings by character).
+  When one item does not fit, its largest nested values are left out, each named by a path description
+  in ``omitted`` (``{"path": "$.data.properties", "data_path": [...], "kind": "object", "length": 900}``),
   and ``continue_with`` reads the first of them. ``omitted`` and ``part`` appear only when used: they
   cost no bytes in a result that fits.
 
@@ -284,7 +284,9 @@ def cut_summary(structured: dict[str, Any]) -> str:
     more = structured.get("continue_with")
     if more is not None:
         text += f" Truncated to fit inline: call again with {pydantic_core.to_json(more).decode()} for more."
-    elif isinstance(part, dict) and not omitted:
+    elif omitted:
+        pass  # each is read with part, as the sentence above says
+    elif isinstance(part, dict):
         text += " That is the last of it."
     else:
         text += " Truncated to fit inline; the rest is beyond what one call may page to: narrow the request."
