@@ -214,6 +214,7 @@ class Dispatcher:
                 entry.validator,
                 item_parts=entry.spec.item_parts,
                 series_start=entry.spec.series_start,
+                page_holder=entry.spec.page_holder,
             )
             rows = _row_count(structured)
             # The wire form of a CallToolResult, built once: the SDK's kernel validates it against the

@@ -103,29 +103,40 @@ def _valid(
     return continuation if validator.is_valid({**continuation, "context_handle": arguments["context_handle"]}) else None
 
 
-def _mark_more(structured: dict[str, Any]) -> None:
+def _holder(structured: dict[str, Any], holder: Sequence[str]) -> dict[str, Any] | None:
+    """The dict that holds a page's ``items`` (``data``, or e.g. ``data.page``), if the result has one."""
+    node: Any = structured
+    for key in holder:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
+
+
+def _mark_more(structured: dict[str, Any], holder: Sequence[str] = ("data",)) -> None:
     structured["truncated"] = True
-    data = structured.get("data")
-    if isinstance(data, dict) and "has_more" in data:
+    data = _holder(structured, holder)
+    if data is not None and "has_more" in data:
         data["has_more"] = True
     if isinstance(structured.get("page"), dict):
         structured["page"]["has_more"] = True
 
 
-def cut_items(structured: dict[str, Any], max_bytes: int, continuation: Continuation) -> int:
-    """A page (``data.items``) cut to the items that fit, marked ``truncated`` with more to come; returns
-    the number kept (0: not even one item fits, nothing was marked)."""
-    data = structured.get("data")
-    items = data.get("items") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
+def cut_items(
+    structured: dict[str, Any], max_bytes: int, continuation: Continuation, holder: Sequence[str] = ("data",)
+) -> int:
+    """A page (``data.items``, or the ``items`` of ``holder``) cut to the items that fit, marked
+    ``truncated`` with more to come; returns the number kept (0: not even one item fits, nothing was
+    marked)."""
+    data = _holder(structured, holder)
+    items = data.get("items") if data is not None else None
+    if data is None or not isinstance(items, list) or not items:
         return 0
     before = structured.get("continue_with")
-    kept = cut_prefix(structured, ("data", "items"), max_bytes, continuation)
+    kept = cut_prefix(structured, (*holder, "items"), max_bytes, continuation)
     if kept == 0:
         data["items"] = items
         structured["continue_with"] = before
         return 0
-    _mark_more(structured)
+    _mark_more(structured, holder)
     return kept
 
 
@@ -137,6 +148,7 @@ def fit_inline(
     *,
     item_parts: bool = False,
     series_start: str | None = None,
+    page_holder: Sequence[str] = ("data",),
 ) -> dict[str, Any]:
     """R-PAGE-5 for a plain call: the result as it fits ``max_bytes`` (see the module docstring). With
     the tool's input ``validator`` every continuation is checked to be a valid call."""
@@ -147,19 +159,21 @@ def fit_inline(
         return structured
     rest = _without_handle(arguments)
     data = structured.get("data")
-    items = data.get("items") if isinstance(data, dict) else None
-    if isinstance(items, list) and items:
-        offset = int(data.get("offset", 0))
+    holder = _holder(structured, page_holder)
+    items = holder.get("items") if holder is not None else None
+    if holder is not None and isinstance(items, list) and items:
+        offset = int(holder.get("offset", 0))
 
         def next_page(n: int) -> dict[str, Any] | None:
             return _valid({**rest, "offset": offset + n, "limit": n}, arguments, validator)
 
-        kept = cut_items(structured, max_bytes, next_page)
+        kept = cut_items(structured, max_bytes, next_page, page_holder)
         if kept and (structured["continue_with"] is not None or not item_parts):
             return structured
         if kept:  # the rest is not a valid page call (no offset to page with): read on inside this result
-            data["items"] = items
-            return _fit_part(structured, arguments, {"data_path": ["data", "items"]}, max_bytes, validator)
+            holder["items"] = items
+            where = [*page_holder, "items"]
+            return _fit_part(structured, arguments, {"data_path": where}, max_bytes, validator)
     if series_start is not None and isinstance(data, dict) and isinstance(data.get("points"), list):
         points = data["points"]
 
@@ -174,12 +188,12 @@ def fit_inline(
         if isinstance(items, list) and items:
             raise LimitExceeded("Even one item of this page is too large to return inline.")
         raise LimitExceeded("The result is too large to return inline; narrow the request.")
-    if isinstance(items, list) and items and "offset" in data:
+    if holder is not None and isinstance(items, list) and items and "offset" in holder:
         # One item is over the cap: a page of that one item, its largest nested values left out.
-        data["items"] = items[:1]
-        rest = {**rest, "offset": int(data["offset"]), "limit": 1}
-        if len(items) > 1 or data.get("has_more"):
-            _mark_more(structured)
+        holder["items"] = items[:1]
+        rest = {**rest, "offset": int(holder["offset"]), "limit": 1}
+        if len(items) > 1 or holder.get("has_more"):
+            _mark_more(structured, page_holder)
     return _outline(structured, rest, max_bytes, arguments, validator)
 
 

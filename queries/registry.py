@@ -77,6 +77,9 @@ class ToolSpec:
     #: A time series that is not a page (``data.points`` in time order): cut inline by time, continued
     #: with this argument set to the first point left out.
     series_start: str | None = None
+    #: Where the result's page is (the dict holding ``items``, ``offset``, ``has_more``), for the inline
+    #: cut: ``data`` for every collection tool; ``get_task_context`` has its page at ``data.page``.
+    page_holder: tuple[str, ...] = ("data",)
 
     def permissions_for(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         """Every permission code this call needs: the tool's own plus what its arguments add."""

@@ -37,6 +37,7 @@ def cut(tool: str, full: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]
         entry.validator,
         item_parts=spec.item_parts,
         series_start=spec.series_start,
+        page_holder=spec.page_holder,
     )
     assert json_size(reply) <= CAP
     Draft202012Validator(spec.output_schema).validate(reply)
@@ -328,3 +329,29 @@ def test_a_part_that_names_nothing_is_a_clear_error_naming_the_field() -> None:
             continue
         with pytest.raises(InvalidParameter, match=message.replace("(", r"\(")):
             fit_inline(copy.deepcopy(full), args, CAP, item_parts=True)
+
+
+def test_a_report_section_page_is_cut_like_any_page() -> None:
+    """``get_task_context`` has its page at ``data.page``: a page of 20 large elements (each under the
+    evidence pager's bound) is cut to what fits and continues with offset, instead of LIMIT_EXCEEDED."""
+    from evidence.schemas import JsonPage, TaskContextData, TaskContextResult
+
+    elements = [{"finding": n, "text": "压力下降" * 150} for n in range(20)]  # ≈ 1.9 KB each
+    page = JsonPage(
+        data_path=["findings"], kind="array", total=60, offset=20, limit=20, has_more=True, page_bytes=1, items=elements
+    )
+    data = TaskContextData(
+        task_id=1, title="Burst", status="open", bound_run_id=1, current_run=None, report_revisions=[],
+        report_revisions_total=0, report_revision=1, revision_source="pinned", sections=["main"],
+        section="main", page=page, note="Preview.",
+    )  # fmt: skip
+    full = TaskContextResult(
+        source="task_context", source_ref="project:p/task/1/report/1", queried_at=datetime(2026, 11, 1, tzinfo=UTC),
+        origin="diagnostic", data=data, truncated=True,
+    ).model_dump(mode="json")  # fmt: skip
+    args = {"section": "main", "data_path": ["findings"], "limit": 20, "offset": 20}
+    reply = cut("get_task_context", full, args)
+    kept = len(reply["data"]["page"]["items"])
+    assert 0 < kept < 20 and reply["data"]["page"]["items"] == elements[:kept]
+    assert reply["data"]["page"]["has_more"] is True and reply["truncated"] is True
+    assert reply["continue_with"] == {**args, "offset": 20 + kept, "limit": kept}
