@@ -66,12 +66,40 @@ MAX_OFFSET = 100_000_000
 MAX_PATH_DEPTH = 32
 MAX_REVISIONS = 50
 MAX_SECTIONS = 200
+#: A page element whose JSON text is larger is returned as a path description (an object: its members
+#: larger than ``NESTED_MEMBER_BYTES`` are), never whole: one element never fills a page.
+NESTED_INLINE_BYTES = 2048
+NESTED_MEMBER_BYTES = 256
 ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 
 # One page of ``node`` (the value at data_path), cut and measured in SQL. ``{source}`` is one of the
 # constant source statements below (never client text); it yields ``meta`` (jsonb) and ``node``.
 # MATERIALIZED: ``node`` is selected (and the stored document detoasted) once, not once per element
-# the page reads — inlined, an 8 MiB page took seconds.
+# the page reads — inlined, an 8 MiB page took seconds. A page element larger than
+# ``NESTED_INLINE_BYTES`` is not returned whole (seed 001: nested collections as path descriptions,
+# issue 23 item 9): an object keeps its small members and describes the others, anything else is
+# described — ``{path, data_path, kind, length}``, which ``data_path`` pages into.
+_DESCRIBE = """jsonb_build_object(
+    'path', '$' || coalesce((SELECT string_agg(CASE WHEN u.s ~ '^[0-9]+$' THEN '[' || u.s || ']' ELSE '.' || u.s END,
+                                               '' ORDER BY u.n) FROM unnest(@P@) WITH ORDINALITY AS u(s, n)), ''),
+    'data_path', to_jsonb(@P@), 'kind', jsonb_typeof(@V@),
+    'length', CASE jsonb_typeof(@V@) WHEN 'array' THEN jsonb_array_length(@V@)
+                  WHEN 'object' THEN (SELECT count(*) FROM jsonb_object_keys(@V@))
+                  ELSE char_length(@V@ #>> '{{}}') END)"""
+_ELEMENT = (
+    """CASE
+    WHEN jsonb_typeof(x.v) NOT IN ('array', 'object', 'string') OR octet_length(x.v::text) <= @BIG@ THEN x.v
+    WHEN jsonb_typeof(x.v) = 'object' THEN (
+        SELECT jsonb_object_agg(m.key, CASE
+            WHEN jsonb_typeof(m.value) IN ('array', 'object', 'string') AND octet_length(m.value::text) > @SMALL@
+            THEN @MEMBER@ ELSE m.value END)
+        FROM jsonb_each(x.v) AS m)
+    ELSE @WHOLE@
+END""".replace("@MEMBER@", _DESCRIBE.replace("@V@", "m.value").replace("@P@", "(x.p || m.key)"))
+    .replace("@WHOLE@", _DESCRIBE.replace("@V@", "x.v").replace("@P@", "x.p"))
+    .replace("@BIG@", str(NESTED_INLINE_BYTES))
+    .replace("@SMALL@", str(NESTED_MEMBER_BYTES))
+)
 _PAGER = """
 WITH src AS MATERIALIZED ({source})
 SELECT src.meta, jsonb_typeof(src.node) AS kind, pg.total, octet_length(pg.part_text) AS part_bytes,
@@ -86,24 +114,26 @@ LEFT JOIN LATERAL (
         END AS total,
         (CASE jsonb_typeof(src.node)
             WHEN 'array' THEN (
-                SELECT coalesce(jsonb_agg(src.node -> i ORDER BY i), '[]'::jsonb)
+                SELECT coalesce(jsonb_agg(@ELEMENT@ ORDER BY i), '[]'::jsonb)
                 FROM generate_series(%s::int, least(%s::int + %s::int, jsonb_array_length(src.node)) - 1) AS i
+                CROSS JOIN LATERAL (SELECT src.node -> i AS v, %s::text[] || i::text AS p) AS x
             )
             WHEN 'object' THEN (
                 SELECT coalesce(
-                    jsonb_agg(jsonb_build_object('key', e.key, 'value', e.value) ORDER BY e.key COLLATE "C"),
+                    jsonb_agg(jsonb_build_object('key', e.key, 'value', @ELEMENT@) ORDER BY e.key COLLATE "C"),
                     '[]'::jsonb
                 )
                 FROM (
                     SELECT key, value FROM jsonb_each(src.node) ORDER BY key COLLATE "C" OFFSET %s LIMIT %s
                 ) AS e
+                CROSS JOIN LATERAL (SELECT e.value AS v, %s::text[] || e.key AS p) AS x
             )
             WHEN 'string' THEN to_jsonb(substr(src.node #>> '{{}}', %s::int + 1, %s::int))
             ELSE src.node
         END)::text AS part_text
     WHERE src.node IS NOT NULL
 ) AS pg ON true
-"""
+""".replace("@ELEMENT@", _ELEMENT)
 
 _EVIDENCE_SOURCE = f"""
 SELECT jsonb_build_object(
@@ -159,14 +189,14 @@ def _check_path(data_path: Sequence[str]) -> list[str]:
     return path
 
 
-def _page_params(offset: int, limit: int | None) -> tuple[int, int, int, list[int]]:
+def _page_params(offset: int, limit: int | None, path: Sequence[str] = ()) -> tuple[int, int, int, list[Any]]:
     if not 0 <= offset <= MAX_OFFSET:
         raise LimitExceeded(f"offset must be between 0 and {MAX_OFFSET}.")
     if limit is not None and not 1 <= limit <= MAX_CHARS:
         raise LimitExceeded(f"limit must be between 1 and {MAX_CHARS}.")
     items = min(limit, MAX_ITEMS) if limit is not None else DEFAULT_ITEMS
     chars = limit if limit is not None else DEFAULT_CHARS
-    return items, chars, offset, [offset, offset, items, offset, items, offset, chars]
+    return items, chars, offset, [offset, offset, items, list(path), offset, items, list(path), offset, chars]
 
 
 def _json_page(row: dict[str, Any], *, data_path: list[str], offset: int, limit: int | None) -> JsonPage:
@@ -229,10 +259,12 @@ def _sample_page(whole: dict[str, Any], *, data_path: list[str], offset: int, li
     if node is None:
         return {"kind": None, "part": None, "total": None, "part_bytes": None}
     if isinstance(node, list):
-        kind, total, part = "array", len(node), node[offset : offset + items]
+        kind, total = "array", len(node)
+        part = [_element(v, [*data_path, str(i)]) for i, v in enumerate(node[offset : offset + items], offset)]
     elif isinstance(node, dict):
         keys = sorted(node)[offset : offset + items]  # code-point order = the C collation's byte order
-        kind, total, part = "object", len(node), [{"key": k, "value": node[k]} for k in keys]
+        kind, total = "object", len(node)
+        part = [{"key": k, "value": _element(node[k], [*data_path, k])} for k in keys]
     elif isinstance(node, str):
         kind, total, part = "string", len(node), node[offset : offset + chars]
     else:
@@ -243,6 +275,34 @@ def _sample_page(whole: dict[str, Any], *, data_path: list[str], offset: int, li
 
 
 _JSON_KINDS = {bool: "boolean", int: "number", float: "number", type(None): "null"}
+
+
+def _text_bytes(value: Any) -> int:
+    """Bytes of ``value`` as jsonb prints it (what the SQL pager measures with ``octet_length``)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(", ", ": ")).encode())
+
+
+def describe(value: Any, path: Sequence[str]) -> dict[str, Any]:
+    """A path description of a nested value (seed 001 "嵌套集合返回路径描述"): where it is (``path`` to read,
+    ``data_path`` to page it with), its kind and length (elements, members or characters)."""
+    text = "$" + "".join(f"[{s}]" if s.isdigit() else f".{s}" for s in path)
+    kind = "array" if isinstance(value, list) else "object" if isinstance(value, dict) else "string"
+    return {"path": text, "data_path": list(path), "kind": kind, "length": len(value)}
+
+
+def _element(value: Any, path: list[str]) -> Any:
+    """One page element as the SQL pager returns it: whole when small; else an object keeps its small
+    members and describes the others, anything else is described."""
+    if not isinstance(value, list | dict | str) or _text_bytes(value) <= NESTED_INLINE_BYTES:
+        return value
+    if isinstance(value, dict):
+        return {
+            k: describe(v, [*path, k])
+            if isinstance(v, list | dict | str) and _text_bytes(v) > NESTED_MEMBER_BYTES
+            else v
+            for k, v in value.items()
+        }
+    return describe(value, path)
 
 
 class EvidenceIntegrityError(ApplicationError):
@@ -279,7 +339,7 @@ def get_task_evidence(
     task_id = reach.task_id
     path = _check_path(data_path)
     snapshot_id = _evidence_uuid(evidence_id)
-    _, _, _, paging = _page_params(offset, limit)
+    _, _, _, paging = _page_params(offset, limit, path)
     run = reach.run_id
     rows = yield Raw(
         EVIDENCE_PAGE_SQL,
@@ -345,7 +405,7 @@ def get_task_context(
     path = _check_path(data_path)
     if section is not None and "\x00" in section:
         raise InvalidParameter("section cannot contain NUL characters.")
-    _, _, _, paging = _page_params(offset, limit)
+    _, _, _, paging = _page_params(offset, limit, path)
     tasks = yield Task.objects.filter(pk=task_id, project_id=scope.project_id).values("id", "title", "status")[:1]
     if not tasks:
         raise NotFound("This context's task no longer exists.")

@@ -87,6 +87,7 @@ TOOLS: list[ToolSpec] = [
             offset=a.get("offset", 0),
             report_revision=a.get("report_revision"),
         ),
+        page_holder=("data", "page"),  # one page of a report section: cut inline like any page
         summarize=_context_summary,
         not_on_rest="task-scoped: reads the task bound to an MCP context",
         examples=({},),

@@ -28,9 +28,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-import pydantic_core
 from django.conf import settings
-from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
@@ -40,13 +38,12 @@ from contexts import access
 from contexts.errors import (
     ApplicationError,
     ContextInvalid,
-    LimitExceeded,
+    InvalidParameter,
     RateLimited,
     RequestKeyRequired,
     ToolNotInContext,
 )
 from contexts.scope import QueryScope
-from contexts.selectors import context_handle_acceptable, hash_handle
 from contexts.tokens import VerifiedToken
 from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry
@@ -60,6 +57,7 @@ from mcp_app.errors import (
     unknown_tool,
 )
 from mcp_app.executor import Execution, run_plan
+from mcp_app.inline import cut_summary, fit_inline
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import ConnectionLease, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
@@ -69,6 +67,7 @@ from mcp_app.resources import (
     list_evidence_resources,
     read_evidence_resource,
 )
+from mcp_app.tenant_slots import EarlySlot, TenantHints
 from queries.arguments import bad_text_path
 
 logger = logging.getLogger("tjwater.mcp")
@@ -110,70 +109,8 @@ def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
     return access.may_call(scope, tool=spec.name, permissions=spec.permissions)
 
 
-def _json_size(payload: Any) -> int:
-    return len(pydantic_core.to_json(payload))
-
-
-def fit_inline(
-    structured: dict[str, Any],
-    arguments: Mapping[str, Any],
-    max_bytes: int,
-    validator: Draft202012Validator | None = None,
-) -> dict[str, Any]:
-    """R-PAGE-5: a result over ``max_bytes`` of JSON is not sent whole. A page is cut to the items that
-    fit, marked ``truncated`` with ``continue_with`` = the arguments for the rest; anything else that
-    cannot be cut is refused with ``LIMIT_EXCEEDED``. With the tool's input ``validator`` the
-    continuation must itself be a valid call (e.g. ``offset`` within its maximum); when it would not be,
-    the page is still cut but ``continue_with`` is null (the rest cannot be asked for this way)."""
-    if _json_size(structured) <= max_bytes:
-        return structured
-    data = structured.get("data")
-    items = data.get("items") if isinstance(data, dict) else None
-    if not isinstance(items, list) or not items:
-        raise LimitExceeded("The result is too large to return inline; narrow the request.")
-    offset = int(data.get("offset", 0))
-    all_items = items
-    low, high = 0, len(all_items) - 1  # find the largest count that fits (≥ 0)
-    best = 0
-    while low <= high:
-        mid = (low + high + 1) // 2
-        data["items"] = all_items[:mid]
-        if _json_size(structured) + 200 <= max_bytes:  # 200: room for the continuation fields
-            best = mid
-            low = mid + 1
-        else:
-            high = mid - 1
-        if mid == 0:
-            break
-    if best == 0:
-        raise LimitExceeded("Even one item of this page is too large to return inline.")
-    data["items"] = all_items[:best]
-    data["has_more"] = True
-    if isinstance(structured.get("page"), dict):
-        structured["page"]["has_more"] = True
-    structured["truncated"] = True
-    continuation = {
-        **{k: v for k, v in arguments.items() if k != "context_handle"},
-        "offset": offset + best,
-        "limit": best,
-    }
-    if validator is not None and "context_handle" in arguments:
-        # The continuation is sent back with the caller's own handle; check it as the call it will be.
-        if not validator.is_valid({**continuation, "context_handle": arguments["context_handle"]}):
-            continuation = None  # type: ignore[assignment]
-    structured["continue_with"] = continuation
-    return structured
-
-
 def _summary(entry: CatalogEntry, result: BaseModel, structured: dict[str, Any]) -> str:
-    text = entry.spec.summarize(result)
-    if structured.get("truncated"):
-        if structured.get("continue_with") is None:
-            text += " Truncated to fit inline; the rest is beyond what one call may page to: narrow the request."
-        else:
-            more = pydantic_core.to_json(structured["continue_with"]).decode()
-            text += f" Truncated to fit inline: call again with {more} for more."
-    return text
+    return entry.spec.summarize(result) + cut_summary(structured)
 
 
 def _row_count(structured: dict[str, Any]) -> int:
@@ -245,6 +182,11 @@ class Dispatcher:
             if needs is not entry.spec.permissions:
                 access.require_permissions(scope, needs)  # what the arguments add: a business refusal
             if evidence:
+                if "part" in args:
+                    # The whole result is saved as evidence and read on with get_task_evidence.
+                    raise InvalidParameter(
+                        "part: an investigation saves the whole result as evidence; page it with get_task_evidence."
+                    )
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
                 await lease.release()  # the evidence step runs in worker threads: no connection held meanwhile
@@ -266,7 +208,13 @@ class Dispatcher:
                 return reply
             result = await self._run(call, entry, scope, args, session if progress else None, lease, early)
             structured = fit_inline(
-                result.model_dump(mode="json"), args, settings.TJWATER_MCP_INLINE_MAX_BYTES, entry.validator
+                result.model_dump(mode="json"),
+                args,
+                settings.TJWATER_MCP_INLINE_MAX_BYTES,
+                entry.validator,
+                item_parts=entry.spec.item_parts,
+                series_start=entry.spec.series_start,
+                page_holder=entry.spec.page_holder,
             )
             rows = _row_count(structured)
             # The wire form of a CallToolResult, built once: the SDK's kernel validates it against the
@@ -478,69 +426,6 @@ def _task_id(scope: QueryScope | None) -> int | str:
 
 def _run_id(scope: QueryScope | None) -> int | str:
     return scope.run_id if scope is not None and scope.run_id is not None else "-"
-
-
-class EarlySlot:
-    """A tenant slot asked for before the context was resolved, for the tenant an earlier call named."""
-
-    __slots__ = ("tenant", "task", "settled")
-
-    def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any]) -> None:
-        self.tenant = tenant
-        self.task = task
-        self.settled = False  # used by the call, or given back
-
-    def serves(self, scope: QueryScope, task_purpose: bool) -> bool:
-        """Whether this call may use it: the resolved tenant is the one asked for, and the call is not a
-        task-purpose call (the evidence step takes its slot itself, inside the receipt's protocol)."""
-        return not task_purpose and (scope.principal_id, scope.project_id) == self.tenant
-
-
-class TenantHints:
-    """Which tenant (principal, project) a context handle named when it last resolved, per process.
-
-    Only a *hint* for asking Redis for the tenant's slot concurrently with the resolution: the binding is
-    still read from PostgreSQL and checked on every call, and nothing is decided from the hint — a call
-    whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
-    one round trip at most), and one that resolves to another tenant gives it back and asks again. A
-    handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
-    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first.
-
-    A hint is used only by a token of the identity it was learned from — (issuer, sub, azp), the three a
-    binding is matched on (R-CTX-3). Anyone else presenting the handle (a leaked or guessed one) is
-    refused by the resolution anyway, and must not take the owner's slots meanwhile: flooding another's
-    handle would otherwise hold the owner's slots for a round trip per request and starve the owner
-    (issue 17 item 1)."""
-
-    MAX_HINTS = 10_000
-
-    def __init__(self) -> None:
-        # handle hash → (tenant, the token identity the handle resolved for)
-        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str]]] = {}
-
-    @staticmethod
-    def _key(handle: object) -> str | None:
-        return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
-
-    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object, token: VerifiedToken) -> EarlySlot | None:
-        key = self._key(handle)
-        hint = self._tenants.get(key) if key is not None else None
-        if hint is None:
-            return None
-        tenant, identity = hint
-        if identity != (token.issuer, token.subject, token.client_id):
-            return None
-        return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
-
-    def learn(self, handle: object, scope: QueryScope) -> None:
-        """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
-        token (its issuer, subject and client are the token's)."""
-        key = self._key(handle)
-        if key is None or key in self._tenants:
-            return
-        if len(self._tenants) >= self.MAX_HINTS:
-            self._tenants.pop(next(iter(self._tenants)))
-        self._tenants[key] = ((scope.principal_id, scope.project_id), (scope.issuer, scope.subject, scope.client_id))
 
 
 class _Call:

@@ -32,6 +32,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 from contexts.scope import QueryScope
 from evidence import reads
 from evidence.task_tools import MAX_ITEMS
+from mcp_app import inline
 from mcp_app.errors import resource_internal_error, resource_not_found
 from queries.registry import ToolSpec
 
@@ -151,10 +152,6 @@ async def read_evidence_resource(scope: QueryScope, uri: str) -> types.ReadResou
 # --- R-PAGE-5: the reply of a saved task call ---------------------------------------------------------
 
 
-def _json_size(payload: Any) -> int:
-    return len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
-
-
 def _link(structured: dict[str, Any]) -> types.ResourceLink:
     return types.ResourceLink(
         uri=structured["evidence_uri"],
@@ -165,31 +162,19 @@ def _link(structured: dict[str, Any]) -> types.ResourceLink:
 
 
 def _cut_items(structured: dict[str, Any], max_bytes: int) -> dict[str, Any] | None:
-    """The result with ``data.items`` cut to the longest prefix that fits, pointing at the rest of the
-    saved evidence (``get_task_evidence`` on ``["data", "items"]``); ``None`` if there is nothing to cut."""
+    """The result with ``data.items`` cut to the longest prefix that fits (``mcp_app.inline``, the one
+    cut), pointing at the rest of the saved evidence (``get_task_evidence`` on ``["data", "items"]``);
+    ``None`` if there is nothing to cut."""
     data = structured.get("data")
     items = data.get("items") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         return None
     evidence_id = structured["evidence_id"]
-    reply = {**structured, "data": {**data}, "truncated": True}
+    reply = {**structured, "data": {**data}}
     if isinstance(structured.get("page"), dict):
-        reply["page"] = {**structured["page"], "has_more": True}
-    low, high, best = 1, len(items), 0
-    while low <= high:
-        mid = (low + high) // 2
-        reply["data"]["items"] = items[:mid]
-        reply["continue_with"] = _continue(evidence_id, mid, len(items) - mid)
-        if _json_size(reply) <= max_bytes:
-            best, low = mid, mid + 1
-        else:
-            high = mid - 1
-    if best == 0:
-        return None
-    reply["data"]["items"] = items[:best]
-    reply["data"]["has_more"] = True
-    reply["continue_with"] = _continue(evidence_id, best, len(items) - best)
-    return reply if _json_size(reply) <= max_bytes else None
+        reply["page"] = {**structured["page"]}
+    kept = inline.cut_items(reply, max_bytes, lambda n: _continue(evidence_id, n, len(items) - n))
+    return reply if kept else None
 
 
 def _continue(evidence_id: str, offset: int, remaining: int) -> dict[str, Any]:
@@ -216,7 +201,7 @@ def evidence_call_result(
     evidence_id = structured["evidence_id"]
     summary = spec.summarize(spec.output_model.model_validate(structured))
     link = _link(structured)
-    if _json_size(structured) <= max_bytes:
+    if inline.json_size(structured) <= max_bytes:
         text = f"{summary} Saved as evidence {evidence_id}."
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text), link],
@@ -236,7 +221,7 @@ def evidence_call_result(
             is_error=False,
             result_type="complete",
         )
-    size = _json_size(structured)
+    size = inline.json_size(structured)
     body = {
         "code": "RESULT_SAVED_AS_EVIDENCE",
         "message": f"The result ({size} bytes) is larger than {max_bytes} bytes inline. It was saved as evidence "

@@ -79,6 +79,16 @@ class ToolSpec:
     #: Example arguments (without ``context_handle``) against the demo utility, the first one a success:
     #: the parity tests run every one through both plan drivers and the first one through REST and MCP.
     examples: tuple[Mapping[str, Any], ...] = ()
+    #: One item of the result can exceed the inline cap (free-form properties, payloads, parameters): the
+    #: tool takes ``part`` (``PART_SCHEMA``) to read into it, and the inline cut names what it left out
+    #: (``mcp_app.inline``, issue 23 item 9). Only such tools carry the argument.
+    item_parts: bool = False
+    #: A time series that is not a page (``data.points`` in time order): cut inline by time, continued
+    #: with this argument set to the first point left out.
+    series_start: str | None = None
+    #: Where the result's page is (the dict holding ``items``, ``offset``, ``has_more``), for the inline
+    #: cut: ``data`` for every collection tool; ``get_task_context`` has its page at ``data.page``.
+    page_holder: tuple[str, ...] = ("data",)
 
     def permissions_for(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         """Every permission code this call needs: the tool's own plus what its arguments add."""
@@ -94,6 +104,11 @@ class ToolSpec:
         # The one place results are put into the project's unit system on the way out (R-ONB-3): every
         # edge (MCP, REST, evidence) runs ``invoke``, so all of them get and keep the same numbers.
         object.__setattr__(self, "invoke", presented(self.invoke))
+        if self.item_parts:
+            schema = self.input_schema
+            object.__setattr__(
+                self, "input_schema", {**schema, "properties": {**schema["properties"], "part": PART_SCHEMA}}
+            )
 
     @property
     def output_schema(self) -> dict[str, Any]:
@@ -129,6 +144,29 @@ TOOL_ERROR_SCHEMA: dict[str, Any] = {
         "details": {"type": "object"},
     },
     "required": ["code", "message", "retryable"],
+    "additionalProperties": False,
+}
+
+PART_MAX_DEPTH = 32
+#: The ``part`` argument of the tools whose one item can exceed the inline cap (``ToolSpec.item_parts``):
+#: sent back as ``continue_with`` or an ``omitted`` path description of the result names it.
+PART_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Read one part of a result too large to return inline, as continue_with or an omitted "
+    "path description names it: the value at data_path of this call's result (object keys and array indexes "
+    "as strings, starting with 'data'), from offset: array elements, object members (by key) or string "
+    "characters. The result then carries part (where it is, total, has_more) and is truncated.",
+    "properties": {
+        "data_path": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 200},
+            "minItems": 1,
+            "maxItems": PART_MAX_DEPTH,
+        },
+        "offset": {"type": "integer", "minimum": 0, "maximum": 100_000_000, "default": 0},
+        "limit": {"type": "integer", "minimum": 1, "maximum": 100_000},
+    },
+    "required": ["data_path"],
     "additionalProperties": False,
 }
 

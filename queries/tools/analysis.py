@@ -103,6 +103,7 @@ TOOLS: list[ToolSpec] = [
         source=analysis.SOURCE,
         semantics="analysis_run",
         invoke=lambda scope, a: analysis.get_analysis_run.plan(scope=scope, run_id=a["run_id"]),
+        item_parts=True,
         summarize=_run_summary,
         rest="analysis/runs/<str:run_id>",
         examples=(
@@ -137,6 +138,7 @@ TOOLS: list[ToolSpec] = [
         invoke=lambda scope, a: analysis.list_analysis_results.plan(
             scope=scope, run_id=a["run_id"], result_type=a.get("result_type"), page=page_from(a)
         ),
+        item_parts=True,
         summarize=lambda r: (
             f"{len(r.data.items)} of {r.data.total} results of {r.data.run_id} from offset {r.data.offset}: "
             + ", ".join(f"#{i.sequence} {i.result_type}" for i in r.data.items)
@@ -179,6 +181,7 @@ TOOLS: list[ToolSpec] = [
             start=parse_time(a["start"], "start"),
             end=parse_time(a["end"], "end"),
         ),
+        series_start="start",
         summarize=_series_summary,
         rest="timeseries/analysis/runs/<str:run_id>/series",
         examples=(

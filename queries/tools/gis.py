@@ -36,6 +36,7 @@ TOOLS: list[ToolSpec] = [
         invoke=lambda scope, a: gis.get_element_gis_properties.plan(
             scope=scope, element_type=a["element_type"], element_id=a["element_id"]
         ),
+        item_parts=True,
         summarize=lambda r: (
             f"GIS attributes of {r.data.element_type} {r.data.element_id}: material {r.data.material or '-'}, "
             f"installed {r.data.install_year or '-'}, district {r.data.district or '-'}."
@@ -60,6 +61,7 @@ TOOLS: list[ToolSpec] = [
         invoke=lambda scope, a: gis.get_source_gis_properties.plan(
             scope=scope, layer_key=a["layer_key"], source_fid=a["source_fid"]
         ),
+        item_parts=True,
         summarize=lambda r: (
             f"Feature {r.data.source_fid} of layer {r.data.layer.layer_key}: {len(r.data.properties)} attributes"
             + (

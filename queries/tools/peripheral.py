@@ -47,6 +47,7 @@ TOOLS: list[ToolSpec] = [
         semantics="synthetic",
         limits=ToolLimits(max_page=MAX_LIMIT),
         invoke=_invoke,
+        item_parts=True,
         summarize=lambda r: (
             f"{len(r.data.items)} of {r.data.total} {r.data.source} from offset {r.data.offset}"
             + (f" for point {r.data.point_id}" if r.data.point_id else "")

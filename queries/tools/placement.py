@@ -36,6 +36,7 @@ TOOLS: list[ToolSpec] = [
         semantics="analysis_run",
         limits=ToolLimits(max_page=MAX_LIMIT),
         invoke=lambda scope, a: placement.list_sensor_placement_runs.plan(scope=scope, page=page_from(a)),
+        item_parts=True,
         summarize=lambda r: (
             f"{len(r.data.items)} of {r.data.total} sensor placement runs from offset {r.data.offset}: "
             + ", ".join(
@@ -60,6 +61,7 @@ TOOLS: list[ToolSpec] = [
         invoke=lambda scope, a: placement.get_sensor_placement_run.plan(
             scope=scope, run_id=a["run_id"], page=page_from(a)
         ),
+        item_parts=True,
         summarize=lambda r: (
             f"Sensor placement run {r.data.run.run_id} ({r.data.run.status}): {r.data.run.objective}="
             f"{r.data.run.objective_value}; sensors {r.data.offset + 1}-{r.data.offset + len(r.data.items)} of "

@@ -30,6 +30,7 @@ TOOLS: list[ToolSpec] = [
         source=runtime.SOURCE,
         semantics="diagnostic",
         invoke=lambda scope, a: runtime.get_workbench_runtime.plan(scope=scope, data_source=a.get("data_source")),
+        item_parts=True,  # data_sources is a free-form map of the workbench: not a page, no bound
         summarize=lambda r: (
             f"Workbench {r.data.mode}, clock {r.data.simulation_clock.isoformat()}, scenario "
             f"{r.data.active_scenario or 'none'}; "

@@ -124,6 +124,7 @@ TOOLS: list[ToolSpec] = [
             time=parse_time(a["time"], "time"),
             max_elements=a.get("max_elements", topology.DEFAULT_TRACE_ELEMENTS),
         ),
+        item_parts=True,
         summarize=_trace_summary,
         rest="<element_types:element_type>/flow-path",
         examples=(

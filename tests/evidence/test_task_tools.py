@@ -155,15 +155,82 @@ def test_missing_paths_and_bad_limits_are_clear_errors(executor: QueryScope, sav
 
 
 def test_a_page_over_the_ceiling_never_leaves_the_database(executor: QueryScope) -> None:
+    # Issue 23 item 9 changed what this page carries: a nested value over NESTED_INLINE_BYTES comes back
+    # as a path description, so a page of the document with its 9 MiB string no longer carries the string
+    # (the test used to expect these pages refused). A page whose elements are many small members still
+    # goes over the ceiling, and is refused before it leaves the database.
     big_text = "管" * (3 * 1024 * 1024)  # 9 MiB of UTF-8 in one string; the document is > 8 MiB
     evidence_id = save(executor, document(n_items=3, text=big_text))
-    with pytest.raises(LimitExceeded) as refused:
-        page(executor, evidence_id, [], limit=50)  # the top-level members include the whole "data"
-    assert refused.value.details["page_bytes"] > PAGE_CEILING_BYTES
-    with pytest.raises(LimitExceeded):
-        page(executor, evidence_id, ["data"], limit=10)  # one member of "data" is the 9 MiB string
+    top = page(executor, evidence_id, [], limit=50)
+    data = next(e["value"] for e in top.items if e["key"] == "data")
+    assert data["text"] == {
+        "path": "$.data.text",
+        "data_path": ["data", "text"],
+        "kind": "string",
+        "length": 3 * 1024 * 1024,
+    }
+    assert data["flag"] is True
     small = page(executor, evidence_id, ["data", "text"], limit=1000, offset=2_000_000)
     assert small.text == "管" * 1000 and small.total == 3 * 1024 * 1024
+    wide = {f"k{n:06d}": "x" * 240 for n in range(36_000)}  # 36 000 small members: ≈ 9 MiB
+    wide_id = save(executor, {**document(n_items=1), "data": {"wide": wide}})
+    with pytest.raises(LimitExceeded) as refused:
+        page(executor, wide_id, ["data"], limit=10)  # one element: the object of small members, kept whole
+    assert refused.value.details["page_bytes"] > PAGE_CEILING_BYTES
+
+
+def nested_document() -> dict[str, Any]:
+    """Items with a long nested series each, one small item, a long string and a big free-form object."""
+    items: list[Any] = [
+        {"element_id": f"P-{i}", "points": [{"t": n, "v": n / 3} for n in range(900)]} for i in range(4)
+    ]
+    items.append({"element_id": "P-small", "points": [1, 2]})
+    return {
+        **document(n_items=1),
+        "data": {"items": items, "note": "长" * 3000, "table": [[n, n * 2] for n in range(2000)]},
+    }
+
+
+NESTED_EXPECTED = [
+    {
+        "element_id": f"P-{i}",
+        "points": {
+            "path": f"$.data.items[{i}].points",
+            "data_path": ["data", "items", str(i), "points"],
+            "kind": "array",
+            "length": 900,
+        },
+    }
+    for i in range(4)
+] + [{"element_id": "P-small", "points": [1, 2]}]
+
+
+def test_nested_collections_come_back_as_path_descriptions(executor: QueryScope) -> None:
+    """Seed 001 / issue 23 item 9: a page never carries a large nested value whole — it names where it is
+    (``path``, ``data_path``), its kind and length; ``data_path`` then pages into it."""
+    doc = nested_document()
+    evidence_id = save(executor, doc)
+    items = page(executor, evidence_id, ["data", "items"], limit=10)
+    assert items.items == NESTED_EXPECTED
+    inner = page(executor, evidence_id, items.items[2]["points"]["data_path"], offset=100, limit=5)
+    assert inner.kind == "array" and inner.total == 900
+    assert inner.items == doc["data"]["items"][2]["points"][100:105]
+    top = page(executor, evidence_id, ["data"])
+    members = {e["key"]: e["value"] for e in top.items}
+    assert members["note"] == {"path": "$.data.note", "data_path": ["data", "note"], "kind": "string", "length": 3000}
+    assert members["table"]["kind"] == "array" and members["table"]["length"] == 2000
+    assert members["items"]["length"] == 5  # the whole items array, over the bound, is described too
+
+
+def test_a_demo_sample_describes_nested_values_as_the_sql_pager_does(world: EvidenceWorld) -> None:
+    inv = world.investigation()
+    scope = world.bind("task_execution", investigation=inv)
+    doc = nested_document()
+    sample = _copy_of_sample(scope, inv, source=DEMO_SAMPLE_SOURCE, doc=doc)
+    ordinary = _copy_of_sample(scope, inv, source="scada", doc=doc)
+    for path in (["data", "items"], ["data"], []):
+        assert page(scope, sample, path, limit=10).items == page(scope, ordinary, path, limit=10).items
+    assert page(scope, sample, ["data", "items"], limit=10).items == NESTED_EXPECTED
 
 
 # --- isolation ---------------------------------------------------------------------------------------
@@ -333,10 +400,12 @@ def test_an_unknown_evidence_id_in_an_ordinary_chat_is_not_found_without_a_looku
 # --- DEMO samples (issue 23 item 10) -------------------------------------------------------------------
 
 
-def _copy_of_sample(scope: QueryScope, inv: Investigation, *, source: str, sha256: str | None = None) -> str:
-    """The demo's sample document saved again under another investigation: as a sample (``source``
-    demo_sample) or as ordinary evidence, with its true digest or another."""
-    document = sample_document()
+def _copy_of_sample(
+    scope: QueryScope, inv: Investigation, *, source: str, sha256: str | None = None, doc: dict[str, Any] | None = None
+) -> str:
+    """The demo's sample document (or ``doc``) saved again under another investigation: as a sample
+    (``source`` demo_sample) or as ordinary evidence, with its true digest or another."""
+    document = doc or sample_document()
     canonical = canonical_json(document)
     snapshot = EvidenceSnapshot.objects.create(
         project=world_project(scope),

@@ -136,3 +136,79 @@ def test_refused_without_webgis_view(
 ) -> None:
     reply = refused_call(demo_server, no_webgis_handle, tool, args)
     assert (reply["error"]["code"], reply["error"]["message"]) == (-32602, f"Unknown tool: {tool}")
+
+
+# --- issue 23 item 9: one register row larger than the inline cap is reachable ------------------------
+
+BIG_ID = "BIG-GIS-ITEM-9"
+
+
+@pytest.fixture(scope="module")
+def oversized_register_row(demo_loaded: None, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
+    """A committed register row (the server reads it) whose attributes alone are ≈ 60 KB: 600 ordinary
+    attributes and one survey note of ≈ 30 KB of UTF-8."""
+    from contexts.models import Project
+
+    properties: dict[str, Any] = {f"attr_{n:03d}": f"value {n}" for n in range(600)}
+    properties["survey_note"] = "沿道路东侧敷设，穿越河道处加套管。" * 600
+    with django_db_blocker.unblock():
+        row = ElementGisProperties.objects.create(
+            project=Project.objects.get(slug=DEMO),
+            element_type="pipe",
+            element_id=BIG_ID,
+            material="DI",
+            properties=properties,
+        )
+    yield properties
+    with django_db_blocker.unblock():
+        ElementGisProperties.objects.filter(pk=row.pk).delete()
+
+
+def _read_over_http(
+    demo_call: Callable[..., dict[str, Any]], args: dict[str, Any], data_path: list[str]
+) -> tuple[Any, int]:
+    """The value at ``data_path`` read back whole with ``part`` calls over HTTP, reading every member a
+    reply leaves out the same way; returns it and the number of calls."""
+    value: Any = None
+    offset, calls = 0, 0
+    while True:
+        out = structured(
+            demo_call("get_element_gis_properties", {**args, "part": {"data_path": data_path, "offset": offset}})
+        )
+        calls += 1
+        part = out["part"]
+        chunk: Any = out
+        for segment in data_path:
+            chunk = chunk[segment]
+        left_out = {tuple(o["data_path"]) for o in out.get("omitted", [])}
+        if part["kind"] == "string":
+            value = (value or "") + chunk
+        else:
+            value = value or {}
+            for key, member in chunk.items():
+                if (*data_path, key) in left_out:
+                    member, more = _read_over_http(demo_call, args, [*data_path, key])
+                    calls += more
+                value[key] = member
+        if not part["has_more"]:
+            return value, calls
+        offset = part["offset"] + part["limit"]
+
+
+def test_an_element_whose_attributes_exceed_the_inline_cap_is_read_in_parts(
+    demo_call: Callable[..., dict[str, Any]], oversized_register_row: dict[str, Any]
+) -> None:
+    args = {"element_type": "pipe", "element_id": BIG_ID}
+    reply = demo_call("get_element_gis_properties", args)
+    first = structured(reply)  # not LIMIT_EXCEEDED any more: a reply that fits, naming what it left out
+    assert first["truncated"] is True and first["data"]["material"] == "DI"
+    omitted = {o["path"]: o for o in first["omitted"]}
+    assert omitted["$.data.properties"]["kind"] == "object" and omitted["$.data.properties"]["length"] == 601
+    assert first["continue_with"]["part"]["data_path"] == ["data", "properties"]
+    assert "Left out to fit inline" in reply["result"]["content"][0]["text"]
+    properties, calls = _read_over_http(demo_call, args, ["data", "properties"])
+    assert properties == oversized_register_row and calls > 2
+    # A path that is not in the result is the caller's error, naming the field.
+    bad = demo_call("get_element_gis_properties", {**args, "part": {"data_path": ["data", "geometry"]}})
+    assert business_error(bad) == "INVALID_PARAMETER"
+    assert "part.data_path" in bad["result"]["structuredContent"]["message"]

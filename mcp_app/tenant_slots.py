@@ -1,0 +1,77 @@
+"""Which tenant a context handle named, per process: the hint that lets ``mcp_app.dispatch`` ask Redis
+for the tenant's slot while PostgreSQL resolves the context (``TenantHints``), and the slot asked for
+that way (``EarlySlot``). Nothing is decided from a hint: the binding is still resolved and checked on
+every call."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from contexts.scope import QueryScope
+from contexts.selectors import context_handle_acceptable, hash_handle
+from contexts.tokens import VerifiedToken
+from mcp_app.limits import ConcurrencyLimiter
+
+
+class EarlySlot:
+    """A tenant slot asked for before the context was resolved, for the tenant an earlier call named."""
+
+    __slots__ = ("tenant", "task", "settled")
+
+    def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any]) -> None:
+        self.tenant = tenant
+        self.task = task
+        self.settled = False  # used by the call, or given back
+
+    def serves(self, scope: QueryScope, task_purpose: bool) -> bool:
+        """Whether this call may use it: the resolved tenant is the one asked for, and the call is not a
+        task-purpose call (the evidence step takes its slot itself, inside the receipt's protocol)."""
+        return not task_purpose and (scope.principal_id, scope.project_id) == self.tenant
+
+
+class TenantHints:
+    """Which tenant (principal, project) a context handle named when it last resolved, per process.
+
+    Only a *hint* for asking Redis for the tenant's slot concurrently with the resolution: the binding is
+    still read from PostgreSQL and checked on every call, and nothing is decided from the hint — a call
+    whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
+    one round trip at most), and one that resolves to another tenant gives it back and asks again. A
+    handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
+    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first.
+
+    A hint is used only by a token of the identity it was learned from — (issuer, sub, azp), the three a
+    binding is matched on (R-CTX-3). Anyone else presenting the handle (a leaked or guessed one) is
+    refused by the resolution anyway, and must not take the owner's slots meanwhile: flooding another's
+    handle would otherwise hold the owner's slots for a round trip per request and starve the owner
+    (issue 17 item 1)."""
+
+    MAX_HINTS = 10_000
+
+    def __init__(self) -> None:
+        # handle hash → (tenant, the token identity the handle resolved for)
+        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str]]] = {}
+
+    @staticmethod
+    def _key(handle: object) -> str | None:
+        return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
+
+    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object, token: VerifiedToken) -> EarlySlot | None:
+        key = self._key(handle)
+        hint = self._tenants.get(key) if key is not None else None
+        if hint is None:
+            return None
+        tenant, identity = hint
+        if identity != (token.issuer, token.subject, token.client_id):
+            return None
+        return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
+
+    def learn(self, handle: object, scope: QueryScope) -> None:
+        """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
+        token (its issuer, subject and client are the token's)."""
+        key = self._key(handle)
+        if key is None or key in self._tenants:
+            return
+        if len(self._tenants) >= self.MAX_HINTS:
+            self._tenants.pop(next(iter(self._tenants)))
+        self._tenants[key] = ((scope.principal_id, scope.project_id), (scope.issuer, scope.subject, scope.client_id))
