@@ -80,7 +80,14 @@ class ScadaDevice(models.Model):
 class ScadaReading(models.Model):
     """One reporting slot of one device (see the module docstring for the quality rules)."""
 
-    device = models.ForeignKey(ScadaDevice, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Not a foreign key in the database (``db_constraint=False``): its per-row check cost the bulk import
+    # as much as writing the rows (1.7 M rows: 7.2 s insert + 6.5 s of deferred checks at commit, against
+    # 4.6 s without). Integrity is kept another way: the importer writes only its project's devices and
+    # holds them FOR KEY SHARE until it commits, Django's delete cascades as before, and a statement-level
+    # trigger on the devices table deletes the readings of any device deleted in SQL (migration 0010).
+    device = models.ForeignKey(
+        ScadaDevice, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     time = models.DateTimeField()
     monitored_value = models.FloatField(null=True, blank=True)
     cleaned_value = models.FloatField(null=True, blank=True)
