@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.models import ScadaDevice, ScadaReading
@@ -198,6 +200,34 @@ ORDER BY gap_start, device_id LIMIT %s
 _GAPS_SQL = {field: _gaps_sql(field) for field in READING_FIELDS}
 
 
+def _points_sql(field: str) -> str:
+    """One page of points as one JSON array, built by PostgreSQL in (device id, time) order and read by
+    pydantic's JSON validator (in Rust): building 5760 points as Python rows, aware datetimes and then
+    models took three quarters of a maximal call. Times are written in UTC with a ``Z`` whatever the
+    session's time zone, so the points are the same on every connection. ``device_id = ANY`` the
+    devices' keys (found in this project first): the (device, time) btree is probed per device.
+    ``field`` is one of ``READING_FIELDS`` (a constant, never client text)."""
+    device = ScadaDevice._meta.db_table
+    reading = ScadaReading._meta.db_table
+    return f"""
+SELECT coalesce(json_agg(json_build_object(
+           'device_id', p.device_id,
+           'time', to_char(p.time AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+           'value', p.value,
+           'quality', p.quality) ORDER BY p.device_id, p.time), '[]')::text
+FROM (
+    SELECT d.device_id, x.time, x.{field} AS value, x.quality
+    FROM {reading} x JOIN {device} d ON d.id = x.device_id
+    WHERE x.device_id = ANY(%s) AND d.project_id = %s AND x.time >= %s AND x.time < %s
+    ORDER BY d.device_id, x.time LIMIT %s OFFSET %s
+) p
+"""  # noqa: S608 - table names and the field are constants of this module
+
+
+_POINTS_SQL = {field: _points_sql(field) for field in READING_FIELDS}
+_POINTS = TypeAdapter(list[ScadaReadingPoint])
+
+
 @service
 def query_scada_readings(
     *,
@@ -261,17 +291,17 @@ def query_scada_readings(
         for g in gap_rows[:MAX_GAPS]
         if g["start"] < covered_end
     ]
+    # By the devices' keys (found in this project above): the (device, time) btree is probed per device
+    # instead of every device's rows of the window being scanned and joined. Counted unordered.
     readings = (
-        # By the devices' keys (found in this project above): the (device, time) btree is probed per
-        # device instead of every device's rows of the window being scanned and joined.
         ScadaReading.objects.filter(
             device_id__in=[pk for _, _, pk in devices],
             device__project_id=scope.project_id,
             time__gte=window.start,
             time__lt=covered_end,
         )
-        .order_by("device__device_id", "time")
-        .values_list("device__device_id", "time", field, "quality")
+        .order_by()
+        .values_list("time")
     )
     total = yield count_of(readings[: MAX_POINTS + 1])
     if total > MAX_POINTS:
@@ -279,9 +309,12 @@ def query_scada_readings(
             f"The window holds more than {MAX_POINTS} points for these devices; ask for fewer devices or a "
             "shorter window."
         )
-    rows = yield readings[page.offset : page.offset + page.limit]
-    # Rows typed by their columns: built without re-validation (up to 10000 points; a third of the time).
-    items = [ScadaReadingPoint.model_construct(device_id=d, time=t, value=v, quality=q) for d, t, v, q in rows]
+    points = yield Raw(
+        _POINTS_SQL[field],
+        [[pk for _, _, pk in devices], scope.project_id, window.start, covered_end, page.limit, page.offset],
+        ("points",),
+    )
+    items = _POINTS.validate_json(points[0]["points"])
     check_series_bytes(items)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     data = ScadaReadingPage(
         items=items,
