@@ -204,8 +204,9 @@ def _points_sql(field: str) -> str:
     """One page of points as one JSON array, built by PostgreSQL in (device id, time) order and read by
     pydantic's JSON validator (in Rust): building 5760 points as Python rows, aware datetimes and then
     models took three quarters of a maximal call. Times are written in UTC with a ``Z`` whatever the
-    session's time zone, so the points are the same on every connection. ``device_id = ANY`` the
-    devices' keys (found in this project first): the (device, time) btree is probed per device.
+    session's time zone, so the points are the same on every connection. Both sides by the devices'
+    keys (found in this project first): the (device, time) btree is probed for those devices only,
+    whatever the planner believes of the project's device count.
     ``field`` is one of ``READING_FIELDS`` (a constant, never client text)."""
     device = ScadaDevice._meta.db_table
     reading = ScadaReading._meta.db_table
@@ -218,7 +219,7 @@ SELECT coalesce(json_agg(json_build_object(
 FROM (
     SELECT d.device_id, x.time, x.{field} AS value, x.quality
     FROM {reading} x JOIN {device} d ON d.id = x.device_id
-    WHERE x.device_id = ANY(%s) AND d.project_id = %s AND x.time >= %s AND x.time < %s
+    WHERE x.device_id = ANY(%s) AND d.id = ANY(%s) AND d.project_id = %s AND x.time >= %s AND x.time < %s
     ORDER BY d.device_id, x.time LIMIT %s OFFSET %s
 ) p
 """  # noqa: S608 - table names and the field are constants of this module
@@ -309,9 +310,10 @@ def query_scada_readings(
             f"The window holds more than {MAX_POINTS} points for these devices; ask for fewer devices or a "
             "shorter window."
         )
+    pks = [pk for _, _, pk in devices]
     points = yield Raw(
         _POINTS_SQL[field],
-        [[pk for _, _, pk in devices], scope.project_id, window.start, covered_end, page.limit, page.offset],
+        [pks, pks, scope.project_id, window.start, covered_end, page.limit, page.offset],
         ("points",),
     )
     items = _POINTS.validate_json(points[0]["points"])
