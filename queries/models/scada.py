@@ -15,9 +15,10 @@ device, rows come out in time order). A BRIN index on ``time`` (a few pages for 
 readings arrive in time order) serves whole-project time-window scans and retention deletes without a
 second large btree (the BRIN index summarizes new ranges automatically; bulk loaders summarize
 explicitly). Measured on 16.1 M rows (4,000 devices, 14 days): 3 devices × 24 h via the btree 1.5 ms;
-all devices × 1 h via BRIN 12 ms; BRIN 24 kB vs btree 556 MB. Beyond a few hundred million rows the
-next step is monthly range partitioning on ``time`` (or a TimescaleDB hypertable when the extension is
-present); the same two indexes then exist per partition.
+all devices × 1 h via BRIN 12 ms; BRIN 24 kB vs btree 556 MB. At 100.8 M rows monthly range
+partitioning on ``time`` gave the reads and a day's import nothing measurable (``queries/models/README.md``,
+"partitioning"), so the table is not partitioned; it is the step for retention (drop a month), with the
+same two indexes per partition.
 """
 
 from __future__ import annotations
