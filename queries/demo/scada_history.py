@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 
 from contexts.models import Project
+from queries.demo.scada import summarize_reading_brin
 from queries.importer.scada_devices import ScadaImportError
 from queries.models import Junction, ScadaDevice, ScadaReading
 
@@ -101,5 +102,6 @@ def generate_scada_history(
         summary.days += 1
         if progress is not None:
             progress(day + 1, summary.rows, _time.monotonic() - t0)
+    summarize_reading_brin()  # a bulk loader summarizes its BRIN ranges itself (queries/models/scada.py)
     summary.seconds = round(_time.monotonic() - t0, 1)
     return summary
