@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db import connection
+from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
@@ -20,6 +21,7 @@ from django.utils.safestring import mark_safe
 from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
 from queries import models as m
 from queries.admin_chart import device_chart_svg
+from queries.services.baseline_jobs import NotCancellable, baseline_job_cancel
 
 
 class EstimatedCountPaginator(Paginator):
@@ -150,6 +152,25 @@ class JobAdmin(ReadOnlyAdmin):
     search_fields = ("subject", "task_id")
     list_select_related = ("project",)
     readonly_fields = ("first_rejects",)
+
+    actions = ("cancel_simulations",)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, object]:
+        # ReadOnlyAdmin drops every bulk action; this one changes no data, it stops a running simulation.
+        return admin.ModelAdmin.get_actions(self, request)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("queries.change_job")
+
+    @admin.action(description="Cancel the selected simulations (they write nothing)", permissions=["cancel"])
+    def cancel_simulations(self, request: HttpRequest, queryset: QuerySet[m.Job]) -> None:
+        for job_id in queryset.values_list("pk", flat=True):
+            try:
+                job = baseline_job_cancel(job_id=job_id, actor=request.user.get_username())
+            except NotCancellable as exc:
+                self.message_user(request, str(exc), messages.WARNING)
+            else:
+                self.message_user(request, f"Baseline job {job.pk}: {job.message}", messages.SUCCESS)
 
     @admin.display(description="duration")
     def duration(self, obj: m.Job) -> str:

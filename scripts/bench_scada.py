@@ -126,6 +126,7 @@ def main() -> None:
         "import_peak_rss_mb": round(first_rss, 1),
         "import_summary": {k: first[k] for k in ("samples", "slots", "inserted", "updated", "rejects", "phases")},
         "reimport_s": round(again_s, 1),
+        "reimport_peak_rss_mb": round(again_rss, 1),
         "reimport_changed": again["inserted"] + again["updated"],
         "reimport_phases": again["phases"],
         "query_scada_readings_20x24h_ms": query,
@@ -133,6 +134,12 @@ def main() -> None:
     }
     (out / "scada.json").write_text(json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
+    load = ", ".join(f"{x:.2f}" for x in results["load_average_before"])
+    print(
+        f"import {cells / 1e6:.1f} M values: {first_s:.0f} s, peak RSS {first_rss:.0f} MB; the same file again: "
+        f"{again_s:.0f} s ({results['reimport_changed']} rows changed); query_scada_readings 20 x 24 h: "
+        f"p50 {query['p50']} ms, p95 {query['p95']} ms; load average before: {load} ({os.cpu_count()} CPUs)"
+    )
 
 
 def _net3() -> Path:

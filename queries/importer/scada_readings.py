@@ -27,12 +27,15 @@ cleaned value and flag recomputed (their measured value is never changed). ``mon
 the device sent) and ``cleaned_value`` (what cleaning kept) stay apart. Long spans are cleaned in blocks
 of ``BLOCK_SLOTS`` slots with the same context on each side.
 
-Streaming, not loading: the file is read in batches (pandas' CSV reader, pyarrow's Parquet batches) and
-COPYed into a temporary staging table; slots, cleaning and the merge are set-based (the cleaning reads
-one device block at a time). Memory does not grow with the file. Everything — staging, merge — runs in
-one transaction: an import killed mid-way leaves the old readings, a finished one the new, never a mix.
-Rejected samples are reported by line (Parquet: row) and reason; more than ``max_rejects`` of them and
-the file is refused whole, nothing written.
+Streaming, not loading: the file is read in batches (pandas' CSV reader, pyarrow's Parquet batches),
+each converted and slotted by NumPy and COPYed (binary) into a temporary staging table without indexes.
+One sort of the staged rows (a server-side cursor; the slot aggregation only when some slot got several
+samples) hands them back a device block at a time; each block is cleaned, compared with the stored rows
+(read by a binary COPY) and only the rows that differ are staged for the merge — one DELETE of rows off
+the slot grid and one INSERT … ON CONFLICT. Re-importing the same file writes nothing. Memory does not
+grow with the file. Everything runs in one transaction: an import killed mid-way leaves the old
+readings, a finished one the new, never a mix. Rejected samples are reported by line (Parquet: row) and
+reason; more than ``max_rejects`` of them and the file is refused whole, nothing written.
 """
 
 from __future__ import annotations
@@ -338,13 +341,18 @@ def _stage_batch(
             bad_here = bad & (why == 0)
             rejects.add(lines[bad_here], lambda i, c=column, b=bad_here: _bad_value(c, frame[c].to_numpy()[b][i]))
             keep = ~empty & ~bad & (why == 0)
+            t = seconds[keep]
+            slot = (np.floor(t / d.step) * d.step).astype(np.int64)
             parts.append(
-                pd.DataFrame({"d": d.pk, "t": seconds[keep], "v": v[keep] * d.scale + d.offset, "l": lines[keep]})
+                pd.DataFrame({"d": d.pk, "s": slot, "t": t, "v": v[keep] * d.scale + d.offset, "l": lines[keep]})
             )
-        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["d", "t", "v", "l"])
+        if not parts:
+            return pd.DataFrame({"d": np.empty(0, np.int64), "s": np.empty(0, np.int64), "t": [], "v": [], "l": []})
+        return pd.concat(parts, ignore_index=True)
     ids = frame["device_id"].astype(str).str.strip()
     blank = (ids == "").to_numpy() & (frame["time"].astype(str).str.strip() == "").to_numpy()
     pk = ids.map({k: d.pk for k, d in devices.items()}).to_numpy(dtype=float, na_value=np.nan)
+    step = ids.map({k: d.step for k, d in devices.items()}).to_numpy(dtype=float, na_value=np.nan)
     scale = ids.map({k: d.scale for k, d in devices.items()}).to_numpy(dtype=float, na_value=np.nan)
     offset = ids.map({k: d.offset for k, d in devices.items()}).to_numpy(dtype=float, na_value=np.nan)
     state_ids = {k for k, d in devices.items() if d.state}
@@ -369,6 +377,7 @@ def _stage_batch(
     return pd.DataFrame(
         {
             "d": pk[keep].astype(np.int64),
+            "s": (np.floor(seconds[keep] / step[keep]) * step[keep]).astype(np.int64),
             "t": seconds[keep],
             "v": v[keep] * scale[keep] + offset[keep],
             "l": lines[keep],
@@ -419,6 +428,37 @@ def _copy_binary(table: str, columns: list[tuple[str, str, np.ndarray]]) -> None
         cp.write(_COPY_TRAILER)
 
 
+class _Spans:
+    """Per device: the first and last slot staged, and whether every device's slots came strictly
+    increasing through the file (then each slot holds one sample and the slot aggregation is skipped —
+    a historian export in time order, the common case)."""
+
+    def __init__(self) -> None:
+        self.lo: dict[int, int] = {}
+        self.hi: dict[int, int] = {}
+        self.last: dict[int, int] = {}
+        self.ordered = True
+
+    def add(self, device: np.ndarray, slot: np.ndarray) -> None:
+        if not len(device):
+            return
+        order = np.argsort(device, kind="stable")  # stable: file order kept within a device
+        ds, ss = device[order], slot[order]
+        starts = np.flatnonzero(np.r_[True, ds[1:] != ds[:-1]])
+        ends = np.r_[starts[1:], len(ds)] - 1
+        if self.ordered and bool(np.any((ds[1:] == ds[:-1]) & (ss[1:] <= ss[:-1]))):
+            self.ordered = False
+        lows, highs = np.minimum.reduceat(ss, starts), np.maximum.reduceat(ss, starts)
+        for k, pk in enumerate(ds[starts].tolist()):
+            first, last = int(ss[starts[k]]), int(ss[ends[k]])
+            prev = self.last.get(pk)
+            if prev is not None and first <= prev:
+                self.ordered = False
+            self.last[pk] = last
+            self.lo[pk] = min(self.lo.get(pk, first), int(lows[k]))
+            self.hi[pk] = max(self.hi.get(pk, last), int(highs[k]))
+
+
 def import_scada(
     *,
     project: Project,
@@ -451,26 +491,37 @@ def import_scada(
             )
     summary = ReadingImportSummary(file=path.name, layout=layout, timezone=zone.key, dry_run=dry_run)
     rejects = _Rejects(summary, where)
+    spans = _Spans()
     with transaction.atomic():
         _exec("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_NS, project.pk])
+        # The project's devices cannot be deleted until this import commits (the readings' device key
+        # is not a foreign key: see queries/models/scada.py).
+        _exec(
+            f"SELECT 1 FROM {ScadaDevice._meta.db_table} WHERE project_id = %s FOR KEY SHARE",  # noqa: S608
+            [project.pk],
+        )
         # ON COMMIT DROP does not fire when the import runs inside a caller's transaction (a savepoint):
         # drop leftovers of an earlier import in the same transaction first.
-        _exec("DROP TABLE IF EXISTS pg_temp.tjw_stage, pg_temp.tjw_dev, pg_temp.tjw_slots, pg_temp.tjw_final")
+        _exec("CLOSE ALL")
+        _exec("DROP TABLE IF EXISTS pg_temp.tjw_stage, pg_temp.tjw_dev, pg_temp.tjw_final, pg_temp.tjw_gone")
+        # No index, no constraint: the staged rows are written once and read once, by one sort.
         _exec(
-            "CREATE TEMP TABLE tjw_stage (device_id integer, t double precision, value double precision, "
-            "line bigint) ON COMMIT DROP"
+            "CREATE TEMP TABLE tjw_stage (device_id integer, slot bigint, t double precision, "
+            "value double precision, line bigint) ON COMMIT DROP"
         )
-        # Sorts and hashes of millions of staged rows stay in memory rather than spill (this transaction only).
+        # The sort of the staged rows stays (mostly) in memory rather than spill (this transaction only).
         _exec("SET LOCAL work_mem = '256MB'")
-        _exec("SET LOCAL maintenance_work_mem = '256MB'")
         for first, frame in batches:
             staged = _stage_batch(frame, first, layout, devices, zone, rejects)
             summary.samples += len(staged)
             if summary.rejects <= max_rejects:
+                device, slot = staged["d"].to_numpy(), staged["s"].to_numpy()
+                spans.add(device, slot)
                 _copy_binary(
                     "tjw_stage",
                     [
-                        ("device_id", ">i4", staged["d"].to_numpy()),
+                        ("device_id", ">i4", device),
+                        ("slot", ">i8", slot),
                         ("t", ">f8", staged["t"].to_numpy()),
                         ("value", ">f8", staged["v"].to_numpy()),
                         ("line", ">i8", staged["l"].to_numpy()),
@@ -482,7 +533,7 @@ def import_scada(
             summary.seconds = _time.monotonic() - t0
             raise RejectedFile(summary, max_rejects)
         summary.phases["read_and_stage_s"] = round(_time.monotonic() - t0, 1)
-        _merge(devices, summary)
+        _merge(devices, spans, summary)
         if dry_run:
             transaction.set_rollback(True)
     if not dry_run:
@@ -491,113 +542,156 @@ def import_scada(
     return summary
 
 
-def _merge(devices: dict[str, _Device], summary: ReadingImportSummary) -> None:
-    """Staged samples → slots → cleaned rows → one set-based merge into the readings."""
+def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSummary) -> None:
+    """Staged samples → slots (one sort, streamed a device block at a time) → cleaned rows, compared
+    with the stored ones → only the rows that differ written, in one set-based statement."""
     t0 = _time.monotonic()
     by_pk = {d.pk: d for d in devices.values()}
-    _exec("CREATE TEMP TABLE tjw_dev (device_id integer PRIMARY KEY, step integer, state boolean) ON COMMIT DROP")
-    with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_dev FROM STDIN") as copy:
-        for d in devices.values():
-            copy.write_row((d.pk, d.step, d.state))
-    # Slot placement: mean for analog quantities, last sample (time, then line) for states.
     _exec(
-        """
-        CREATE TEMP TABLE tjw_slots ON COMMIT DROP AS
-        SELECT s.device_id, (floor(s.t / d.step) * d.step)::bigint AS slot, avg(s.value) AS value
-        FROM tjw_stage s JOIN tjw_dev d USING (device_id) WHERE NOT d.state
-        GROUP BY 1, 2
-        UNION ALL
-        (SELECT DISTINCT ON (s.device_id, (floor(s.t / d.step) * d.step)::bigint)
-                s.device_id, (floor(s.t / d.step) * d.step)::bigint, s.value
-         FROM tjw_stage s JOIN tjw_dev d USING (device_id) WHERE d.state
-         ORDER BY s.device_id, (floor(s.t / d.step) * d.step)::bigint, s.t DESC, s.line DESC)
-        """
+        "CREATE TEMP TABLE tjw_dev (device_id integer PRIMARY KEY, step integer, state boolean, lo bigint) "
+        "ON COMMIT DROP"
     )
-    _exec("CREATE INDEX ON tjw_slots (device_id, slot)")
-    _exec("ANALYZE tjw_slots")
-    spans = _exec("SELECT device_id, min(slot), max(slot), count(*) FROM tjw_slots GROUP BY 1 ORDER BY 1")
-    summary.phases["slots_s"] = round(_time.monotonic() - t0, 1)
+    with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_dev FROM STDIN") as copy:
+        for pk, lo in spans.lo.items():
+            copy.write_row((pk, by_pk[pk].step, by_pk[pk].state, lo))
+    if spans.ordered:  # one sample per slot: the staged rows are the slots
+        source = "SELECT device_id, slot, value FROM tjw_stage"
+    else:  # the placement rule: mean for analog quantities, last sample (time, then line) for states
+        source = """
+            SELECT s.device_id, s.slot, avg(s.value) AS value
+            FROM tjw_stage s JOIN tjw_dev d USING (device_id) WHERE NOT d.state GROUP BY 1, 2
+            UNION ALL
+            (SELECT DISTINCT ON (s.device_id, s.slot) s.device_id, s.slot, s.value
+             FROM tjw_stage s JOIN tjw_dev d USING (device_id) WHERE d.state
+             ORDER BY s.device_id, s.slot, s.t DESC, s.line DESC)
+        """
+    # One row per (device, block of BLOCK_SLOTS slots) in device then block order, fetched as it is
+    # needed: the slots come out of one sort, with no index on the staged rows and no second copy of them.
+    _exec(
+        "DECLARE tjw_blocks NO SCROLL CURSOR FOR "
+        f"SELECT s.device_id, (s.slot - d.lo) / ({BLOCK_SLOTS}::bigint * d.step) AS block, "
+        f"array_agg(s.slot), array_agg(s.value) FROM ({source}) s JOIN tjw_dev d USING (device_id) "
+        "GROUP BY 1, 2 ORDER BY 1, 2"
+    )
     _exec(
         # NaN stands for NULL and ``code`` indexes QUALITY_NAMES: fixed-width rows for the binary COPY.
-        "CREATE TEMP TABLE tjw_final (device_id integer, slot bigint, monitored double precision, "
+        "CREATE TEMP TABLE tjw_final (device_id integer, time timestamptz, monitored double precision, "
         "cleaned double precision, code smallint) ON COMMIT DROP"
     )
-    reading = ScadaReading._meta.db_table
-    for pk, lo, hi, _count in spans:
-        d = by_pk[pk]
+    _exec("CREATE TEMP TABLE tjw_gone (device_id integer, time timestamptz) ON COMMIT DROP")
+    summary.phases["slots_s"] = round(_time.monotonic() - t0, 1)
+    blocks = _fetch_blocks()
+    pending = next(blocks, None)
+    for pk in sorted(spans.lo):
+        d, lo, hi = by_pk[pk], spans.lo[pk], spans.hi[pk]
         summary.devices += 1
         summary.slots += (hi - lo) // d.step + 1
         summary.windows[d.device_id] = [_iso(lo), _iso(hi + d.step)]
-        for b_lo in range(lo, hi + 1, BLOCK_SLOTS * d.step):
-            b_hi = min(hi, b_lo + (BLOCK_SLOTS - 1) * d.step)
-            _clean_block(d, reading, lo, hi, b_lo, b_hi)
+        width = BLOCK_SLOTS * d.step
+        for k, b_lo in enumerate(range(lo, hi + 1, width)):
+            b_hi = min(hi, b_lo + width - d.step)
+            slots, values = np.empty(0, dtype=np.int64), np.empty(0)
+            if pending is not None and (pending[0], pending[1]) == (pk, k):
+                slots, values = np.array(pending[2], dtype=np.int64), np.array(pending[3], dtype=float)
+                pending = next(blocks, None)
+            _clean_block(d, lo, hi, b_lo, b_hi, slots, values, summary)
+    _exec("CLOSE tjw_blocks")
     summary.phases["clean_s"] = round(_time.monotonic() - t0 - summary.phases["slots_s"], 1)
     t1 = _time.monotonic()
+    reading = ScadaReading._meta.db_table
     # Rows in a span that are off the slot grid (an earlier interval) are replaced by the grid's rows.
     _exec(
-        f"""
-        DELETE FROM {reading} r USING (
-            SELECT s.device_id, to_timestamp(min(s.slot)) AS lo, to_timestamp(max(s.slot)) AS hi, d.step
-            FROM tjw_slots s JOIN tjw_dev d USING (device_id) GROUP BY s.device_id, d.step
-        ) sp
-        WHERE r.device_id = sp.device_id AND r.time BETWEEN sp.lo AND sp.hi
-          AND mod(extract(epoch FROM r.time)::numeric, sp.step) <> 0
-        """  # noqa: S608 - our table name
+        f"DELETE FROM {reading} r USING tjw_gone g WHERE r.device_id = g.device_id AND r.time = g.time"  # noqa: S608
     )
-    inserted, updated = _exec(
+    _exec(
         f"""
-        WITH up AS (
-            INSERT INTO {reading} (device_id, time, monitored_value, cleaned_value, quality)
-            SELECT device_id, to_timestamp(slot), NULLIF(monitored, 'NaN'), NULLIF(cleaned, 'NaN'),
-                   (%s::varchar[])[code + 1]
-            FROM tjw_final
-            ON CONFLICT (device_id, time) DO UPDATE
-               SET monitored_value = EXCLUDED.monitored_value, cleaned_value = EXCLUDED.cleaned_value,
-                   quality = EXCLUDED.quality
-             WHERE ({reading}.monitored_value, {reading}.cleaned_value, {reading}.quality)
-                   IS DISTINCT FROM (EXCLUDED.monitored_value, EXCLUDED.cleaned_value, EXCLUDED.quality)
-            RETURNING (xmax = 0) AS fresh
-        )
-        SELECT count(*) FILTER (WHERE fresh), count(*) FILTER (WHERE NOT fresh) FROM up
+        INSERT INTO {reading} (device_id, time, monitored_value, cleaned_value, quality)
+        SELECT device_id, time, NULLIF(monitored, 'NaN'), NULLIF(cleaned, 'NaN'), (%s::varchar[])[code + 1]
+        FROM tjw_final
+        ON CONFLICT (device_id, time) DO UPDATE
+           SET monitored_value = EXCLUDED.monitored_value, cleaned_value = EXCLUDED.cleaned_value,
+               quality = EXCLUDED.quality
+         WHERE ({reading}.monitored_value, {reading}.cleaned_value, {reading}.quality)
+               IS DISTINCT FROM (EXCLUDED.monitored_value, EXCLUDED.cleaned_value, EXCLUDED.quality)
         """,  # noqa: S608 - our table name
         [list(QUALITY_NAMES)],
-    )[0]
-    summary.inserted, summary.updated = int(inserted), int(updated)
+    )
     summary.phases["merge_s"] = round(_time.monotonic() - t1, 1)
     summary.unchanged = summary.slots - summary.inserted - summary.updated
+
+
+def _fetch_blocks() -> Iterator[tuple[int, int, list[int], list[float]]]:
+    while True:
+        rows = _exec("FETCH 16 FROM tjw_blocks")
+        if not rows:
+            return
+        yield from rows
 
 
 def _iso(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, tz=ZoneInfo("UTC")).isoformat().replace("+00:00", "Z")
 
 
-def _clean_block(d: _Device, reading: str, lo: int, hi: int, b_lo: int, b_hi: int) -> None:
-    """Clean slots ``[b_lo, b_hi]`` of device ``d`` (span ``[lo, hi]``) with ``CONTEXT_SLOTS`` of context
-    on each side, and stage the resulting rows: every slot of the block, plus stored rows just outside
-    the span (cleaned again with their new neighbours)."""
+_PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01T00:00Z in Unix microseconds: PostgreSQL's binary timestamps
+_US = 1_000_000
+_STORED = np.dtype(
+    [("n", ">i2"), ("tl", ">i4"), ("t", ">i8"), ("ml", ">i4"), ("m", ">f8"), ("cl", ">i4"), ("c", ">f8"),
+     ("ql", ">i4"), ("q", ">i2")]
+)  # fmt: skip
+_QUALITY_CODE = "CASE quality " + " ".join(f"WHEN '{q}' THEN {i}" for i, q in enumerate(QUALITY_NAMES)) + " END"
+
+
+def _stored(reading: str, pk: int, lo: int, hi: int) -> np.ndarray:
+    """The stored rows of device ``pk`` in ``[lo, hi]`` (epoch seconds) as a NumPy record array: time
+    (Unix µs), monitored and cleaned (NaN for NULL), quality code — a binary COPY read in one pass."""
+    sql = (
+        f"COPY (SELECT time, coalesce(monitored_value, 'NaN'), coalesce(cleaned_value, 'NaN'), "  # noqa: S608
+        f"({_QUALITY_CODE})::smallint FROM {reading} WHERE device_id = {int(pk)} "
+        f"AND time BETWEEN to_timestamp({int(lo)}) AND to_timestamp({int(hi)})) TO STDOUT (FORMAT binary)"
+    )
+    with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+        data = b"".join(bytes(chunk) for chunk in copy)
+    rows = np.frombuffer(data, dtype=_STORED, offset=len(_COPY_HEADER), count=(len(data) - 21) // _STORED.itemsize)
+    rows = rows.copy()
+    rows["t"] += _PG_EPOCH_US
+    return rows
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a == b) | (np.isnan(a) & np.isnan(b))
+
+
+def _clean_block(
+    d: _Device,
+    lo: int,
+    hi: int,
+    b_lo: int,
+    b_hi: int,
+    slot_list: np.ndarray,
+    value_list: np.ndarray,
+    summary: ReadingImportSummary,
+) -> None:
+    """Clean slots ``[b_lo, b_hi]`` of device ``d`` (span ``[lo, hi]``; the file's slots and values in
+    ``slot_list``/``value_list``) with ``CONTEXT_SLOTS`` of context on each side, compare with the stored
+    rows and stage only what differs: every slot of the block, plus stored rows just outside the span
+    (cleaned again with their new neighbours); stored rows off the slot grid inside the span are staged
+    for deletion."""
     step = d.step
     g_lo, g_hi = b_lo - CONTEXT_SLOTS * step, b_hi + CONTEXT_SLOTS * step
     n = (g_hi - g_lo) // step + 1
-    values = np.full(n, np.nan)
+    slots = g_lo + np.arange(n, dtype=np.int64) * step
+    old = _stored(ScadaReading._meta.db_table, d.pk, g_lo, g_hi)
+    on_grid = old["t"] % (step * _US) == 0
+    grid = old[on_grid]
+    at = (grid["t"] // _US - g_lo) // step
     stored = np.zeros(n, dtype=bool)
+    stored[at] = True
+    s_mv, s_cv, s_code = np.full(n, np.nan), np.full(n, np.nan), np.full(n, -1, dtype=np.int16)
+    s_mv[at], s_cv[at], s_code[at] = grid["m"], grid["c"], grid["q"]
+    outside_span = (slots < lo) | (slots > hi)
     # Stored neighbours outside the span (inside it, the file's slots replace them).
-    for t, mv in _exec(
-        f"SELECT extract(epoch FROM time)::bigint, monitored_value FROM {reading} WHERE device_id = %s "  # noqa: S608
-        "AND time >= to_timestamp(%s) AND time <= to_timestamp(%s) "
-        "AND (time < to_timestamp(%s) OR time > to_timestamp(%s)) AND mod(extract(epoch FROM time)::numeric, %s) = 0",
-        [d.pk, g_lo, g_hi, lo, hi, step],
-    ):
-        i = (int(t) - g_lo) // step
-        values[i] = np.nan if mv is None else mv
-        stored[i] = True
-    in_lo, in_hi = max(g_lo, lo), min(g_hi, hi)
-    # Two arrays in one row: psycopg loads them in C (a row per slot would cost a Python tuple each).
-    slot_list, value_list = _exec(
-        "SELECT coalesce(array_agg(slot), '{}'), coalesce(array_agg(value), '{}') FROM tjw_slots "
-        "WHERE device_id = %s AND slot BETWEEN %s AND %s",
-        [d.pk, in_lo, in_hi],
-    )[0]
-    values[(np.array(slot_list, dtype=np.int64) - g_lo) // step] = np.array(value_list, dtype=float)
+    values = np.where(outside_span & stored, s_mv, np.nan)
+    values[(slot_list - g_lo) // step] = value_list
     if d.state:
         cleaned, codes = clean_array(values, min_threshold=0.0, analog=False)
     else:
@@ -606,20 +700,25 @@ def _clean_block(d: _Device, reading: str, lo: int, hi: int, b_lo: int, b_hi: in
             present = np.abs(values[~np.isnan(values)])
             threshold = 0.25 * (float(present.mean()) if len(present) else 0.0) + 10 * d.accuracy
         cleaned, codes = clean_array(values, min_threshold=threshold)
-    slots = g_lo + np.arange(n, dtype=np.int64) * step
     inside = (slots >= b_lo) & (slots <= b_hi)
     # Context rows outside the span are rewritten only when stored and next to this block's edge.
-    outside = (
-        stored & ((slots < lo) | (slots > hi)) & (((slots < b_lo) & (b_lo == lo)) | ((slots > b_hi) & (b_hi == hi)))
-    )
+    outside = stored & outside_span & (((slots < b_lo) & (b_lo == lo)) | ((slots > b_hi) & (b_hi == hi)))
     keep = inside | outside
+    same = _same(values, s_mv) & _same(cleaned, s_cv) & (codes == s_code)
+    write = keep & ~(stored & same)
+    summary.inserted += int((write & ~stored).sum())
+    summary.updated += int((write & stored).sum())
     _copy_binary(
         "tjw_final",
         [
-            ("device_id", ">i4", np.full(int(keep.sum()), d.pk)),
-            ("slot", ">i8", slots[keep]),
-            ("monitored", ">f8", values[keep]),
-            ("cleaned", ">f8", cleaned[keep]),
-            ("code", ">i2", codes[keep]),
+            ("device_id", ">i4", np.full(int(write.sum()), d.pk)),
+            ("time", ">i8", slots[write] * _US - _PG_EPOCH_US),
+            ("monitored", ">f8", values[write]),
+            ("cleaned", ">f8", cleaned[write]),
+            ("code", ">i2", codes[write]),
         ],
     )
+    # Off the grid in the span: from this block's first slot up to the next block's (the span's end).
+    end = hi * _US if b_hi == hi else (b_hi + step) * _US - 1
+    gone = old["t"][~on_grid & (old["t"] >= b_lo * _US) & (old["t"] <= end)]
+    _copy_binary("tjw_gone", [("device_id", ">i4", np.full(len(gone), d.pk)), ("time", ">i8", gone - _PG_EPOCH_US)])

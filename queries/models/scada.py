@@ -15,9 +15,10 @@ device, rows come out in time order). A BRIN index on ``time`` (a few pages for 
 readings arrive in time order) serves whole-project time-window scans and retention deletes without a
 second large btree (the BRIN index summarizes new ranges automatically; bulk loaders summarize
 explicitly). Measured on 16.1 M rows (4,000 devices, 14 days): 3 devices × 24 h via the btree 1.5 ms;
-all devices × 1 h via BRIN 12 ms; BRIN 24 kB vs btree 556 MB. Beyond a few hundred million rows the
-next step is monthly range partitioning on ``time`` (or a TimescaleDB hypertable when the extension is
-present); the same two indexes then exist per partition.
+all devices × 1 h via BRIN 12 ms; BRIN 24 kB vs btree 556 MB. At 100.8 M rows monthly range
+partitioning on ``time`` gave the reads and a day's import nothing measurable (``queries/models/README.md``,
+"partitioning"), so the table is not partitioned; it is the step for retention (drop a month), with the
+same two indexes per partition.
 """
 
 from __future__ import annotations
@@ -80,7 +81,14 @@ class ScadaDevice(models.Model):
 class ScadaReading(models.Model):
     """One reporting slot of one device (see the module docstring for the quality rules)."""
 
-    device = models.ForeignKey(ScadaDevice, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # Not a foreign key in the database (``db_constraint=False``): its per-row check cost the bulk import
+    # as much as writing the rows (1.7 M rows: 7.2 s insert + 6.5 s of deferred checks at commit, against
+    # 4.6 s without). Integrity is kept another way: the importer writes only its project's devices and
+    # holds them FOR KEY SHARE until it commits, Django's delete cascades as before, and a statement-level
+    # trigger on the devices table deletes the readings of any device deleted in SQL (migration 0010).
+    device = models.ForeignKey(
+        ScadaDevice, on_delete=models.CASCADE, related_name="+", db_index=False, db_constraint=False
+    )
     time = models.DateTimeField()
     monitored_value = models.FloatField(null=True, blank=True)
     cleaned_value = models.FloatField(null=True, blank=True)

@@ -2,7 +2,8 @@
 baseline that keeps every project covered (the writes of ``queries.importer.baseline_window``).
 
 Cancellation: ``baseline_cancel`` marks the task cancelled in Redis (the running task checks between
-chunks and rolls back, writing nothing) and revokes it with Celery (a queued task never starts).
+chunks and rolls back, writing nothing) and revokes it with Celery (a queued task never starts);
+``baseline_job_cancel`` is what an operator calls (``simulate_baseline --cancel JOB_ID``, the Jobs admin).
 """
 
 from __future__ import annotations
@@ -61,6 +62,38 @@ def baseline_cancel(job: Job) -> None:
     if job.task_id:
         _redis().set(CANCEL_KEY.format(job.task_id), "1", ex=86400)
         app.control.revoke(job.task_id)
+
+
+class NotCancellable(Exception):
+    """The job is not a queued or running baseline simulation of this database."""
+
+
+def baseline_job_cancel(*, job_id: int, actor: str) -> Job:
+    """An operator cancels a queued or running baseline simulation (``simulate_baseline --cancel``, the
+    Jobs admin action): a queued one is marked cancelled at once and never starts; a running one stops
+    at its next chunk and rolls back, leaving the previous baseline unchanged (the task marks the job
+    cancelled then). Nothing of the window is written either way. ``NotCancellable`` otherwise."""
+    job = Job.objects.filter(pk=job_id, kind=JobKind.BASELINE).first()
+    if job is None:
+        raise NotCancellable(f"There is no baseline simulation job {job_id}.")
+    if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
+        raise NotCancellable(f"Baseline job {job_id} is {job.status}; only a queued or running one can be cancelled.")
+    if not job.task_id:
+        raise NotCancellable(f"Baseline job {job_id} has no Celery task to cancel.")
+    baseline_cancel(job)
+    logger.info("baseline job %s cancelled by %s", job.pk, actor)
+    if job.status == JobStatus.QUEUED:
+        Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.CANCELLED,
+            message=f"Cancelled by {actor[:100]} before it started; nothing was written.",
+            finished_at=datetime.now(UTC),
+        )
+    else:
+        Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+            message=f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
+        )
+    job.refresh_from_db()
+    return job
 
 
 def cancelled(task_id: str) -> bool:

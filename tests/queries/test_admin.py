@@ -111,3 +111,25 @@ def test_jobs_list_and_a_device_chart(superuser_client: Client, project: object,
     assert 'class="tjw-cleaned"' in svg and 'class="tjw-model-baseline"' in svg
     assert svg.count('class="tjw-measured"') == 2  # the missing slot breaks the line, never bridged
     assert "<script" not in svg and "style=" not in svg  # allowed by the admin's strict CSP
+
+
+def test_an_operator_cancels_simulations_from_the_jobs_list(
+    superuser_client: Client, project: object, test_redis: object
+) -> None:
+    """The Jobs admin's one action: a queued simulation is cancelled (it will write nothing); a finished
+    job is left as it is, with a warning saying why."""
+    from queries.models import Job
+
+    queued = Job.objects.create(project=project, kind="baseline", subject="w", status="queued", task_id="admin-1",
+                                detail={"start": "2026-04-01T00:00:00+00:00", "hours": 1, "step_s": 900})  # fmt: skip
+    done = Job.objects.create(project=project, kind="baseline", subject="w", status="succeeded", task_id="admin-2")
+    response = superuser_client.post(
+        reverse("admin:queries_job_changelist"),
+        {"action": "cancel_simulations", "_selected_action": [queued.pk, done.pk]},
+        follow=False,
+    )
+    assert response.status_code == 302
+    queued.refresh_from_db()
+    done.refresh_from_db()
+    assert queued.status == "cancelled" and queued.message.startswith("Cancelled by root-admin before it started")
+    assert done.status == "succeeded"

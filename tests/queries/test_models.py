@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 
 from contexts.models import Project
 from queries.models import Junction, NetworkOptions, Pipe, ScadaDevice, ScadaReading
@@ -57,3 +57,31 @@ def test_database_refuses_a_cleaned_value_without_a_monitored_one(two_projects: 
                                     cleaned_value=30.0, quality="good")  # fmt: skip
     with pytest.raises(IntegrityError), transaction.atomic():
         ScadaReading.objects.create(device=device, time=t, monitored_value=1.0, cleaned_value=1.0, quality="good")
+
+
+def test_no_reading_outlives_its_device(two_projects: tuple[Project, Project]) -> None:
+    """The readings' device key is not a database foreign key (the bulk import's speed): deleting a device,
+    through Django or in plain SQL, takes its readings with it and leaves the other devices' alone."""
+    a, _ = two_projects
+    devices = [
+        ScadaDevice.objects.create(
+            project=a,
+            device_id=f"PT-{i}",
+            name="p",
+            quantity="pressure",
+            unit="m",
+            element_type="junction",
+            element_id="J1",
+            location=POINT,
+        )  # fmt: skip
+        for i in range(3)
+    ]
+    t = datetime(2026, 11, 1, tzinfo=UTC)
+    for device in devices:
+        ScadaReading.objects.create(device=device, time=t, monitored_value=1.0, cleaned_value=1.0, quality="good")
+    devices[0].delete()
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM queries_scadadevice WHERE id = %s", [devices[1].pk])
+    # By the devices' keys, not through a join: an orphan reading would have no device to join.
+    left = ScadaReading.objects.filter(device_id__in=[d.pk for d in devices]).values_list("device_id", flat=True)
+    assert list(left) == [devices[2].pk]

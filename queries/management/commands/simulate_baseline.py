@@ -1,10 +1,12 @@
 """``manage.py simulate_baseline --project SLUG --start ISO8601 --hours N [--step SECONDS] [--wait]``:
 replace a window of the project's model baseline with a fresh simulation, as a Celery task on the
 default queue (``queries.importer.baseline_window`` has the rules). ``--wait`` follows its progress;
-with no worker answering it fails within 10 s and queues nothing."""
+with no worker answering it fails within 10 s and queues nothing. ``simulate_baseline --cancel JOB_ID``
+cancels a queued or running simulation: it writes nothing (``baseline_job_cancel``)."""
 
 from __future__ import annotations
 
+import getpass
 import sys
 import time
 from datetime import datetime
@@ -14,7 +16,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
 from queries.models.jobs import Job, JobStatus
-from queries.services.baseline_jobs import baseline_cancel, baseline_enqueue, workers_answering
+from queries.services.baseline_jobs import (
+    NotCancellable,
+    baseline_cancel,
+    baseline_enqueue,
+    baseline_job_cancel,
+    workers_answering,
+)
 from queries.timezones import project_zone
 
 PING_TIMEOUT_S = 5.0
@@ -25,13 +33,26 @@ class Command(BaseCommand):
     help = "Simulate the model baseline of a window (a Celery task on the default queue); --wait follows it."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--project", required=True, help="slug of an existing project")
-        parser.add_argument("--start", required=True, help="ISO 8601 start; without an offset, the project's zone")
-        parser.add_argument("--hours", type=float, required=True, help="length of the window in hours")
+        parser.add_argument("--project", help="slug of an existing project (required to simulate)")
+        parser.add_argument("--start", help="ISO 8601 start; without an offset, the project's zone")
+        parser.add_argument("--hours", type=float, help="length of the window in hours")
         parser.add_argument("--step", type=int, default=900, help="reporting step in seconds (default 900)")
         parser.add_argument("--wait", action="store_true", help="follow the task until it ends")
+        parser.add_argument(
+            "--cancel", type=int, metavar="JOB_ID", help="cancel a queued or running simulation (it writes nothing)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["cancel"] is not None:
+            try:
+                job = baseline_job_cancel(job_id=options["cancel"], actor=f"manage.py ({getpass.getuser()})")
+            except NotCancellable as exc:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(f"baseline job {job.pk} ({job.subject}): {job.status} — {job.message}")
+            return
+        missing = [f"--{name}" for name in ("project", "start", "hours") if options[name] is None]
+        if missing:
+            raise CommandError(f"{', '.join(missing)} required (or --cancel JOB_ID)")
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")

@@ -137,6 +137,25 @@ def test_a_revoked_task_writes_nothing(net1: Project, test_redis: redis.Redis) -
     assert not NodeBaseline.objects.filter(project=net1).exists()
 
 
+def test_an_operator_cancels_a_queued_simulation(net1: Project, test_redis: redis.Redis) -> None:
+    job = Job.objects.create(
+        project=net1, kind="baseline", subject="w", status="queued", task_id="queued-1",
+        detail={"start": "2026-04-01T00:00:00+00:00", "hours": 2, "step_s": 900},
+    )  # fmt: skip
+    out = StringIO()
+    call_command("simulate_baseline", "--cancel", str(job.pk), stdout=out)
+    job.refresh_from_db()
+    assert job.status == "cancelled" and "before it started; nothing was written" in job.message
+    assert test_redis.exists(CANCEL_KEY.format("queued-1"))
+    # A worker that picks the revoked task up anyway runs nothing.
+    assert simulate_baseline.apply(args=[job.pk], task_id="queued-1").get() == {"status": "cancelled"}
+    assert not NodeBaseline.objects.filter(project=net1).exists()
+    with pytest.raises(CommandError, match=f"Baseline job {job.pk} is cancelled; only a queued or running one"):
+        call_command("simulate_baseline", "--cancel", str(job.pk))
+    with pytest.raises(CommandError, match="There is no baseline simulation job 0"):
+        call_command("simulate_baseline", "--cancel", "0")
+
+
 def test_wait_without_a_worker_fails_fast_with_a_sentence(net1: Project, test_redis: redis.Redis) -> None:
     t0 = time.monotonic()
     with pytest.raises(CommandError, match=r"No Celery worker answered within 5 s, so nothing was queued"):
@@ -183,3 +202,26 @@ def test_the_task_on_a_worker_and_wait_follows_it(
                      "--hours", "2", "--wait", stdout=out)  # fmt: skip
         assert "written" in out.getvalue() and len(times_of(committed_net1)) == 13 + 9
         assert Job.objects.filter(project=committed_net1, status="succeeded").count() == 2
+
+
+def test_an_operator_cancels_a_running_simulation(
+    worker: None, committed_net1: Project, django_db_blocker: pytest.FixtureRequest
+) -> None:
+    """Two months of baseline on a real worker, cancelled by ``simulate_baseline --cancel`` once it runs:
+    the task stops at its next chunk, rolls back and writes nothing of the window."""
+    with django_db_blocker.unblock():  # type: ignore[attr-defined]
+        start = datetime(2026, 6, 1, tzinfo=UTC)
+        before = NodeBaseline.objects.filter(project=committed_net1).count()
+        job = baseline_enqueue(project=committed_net1, start=start, hours=24 * 60, step_s=900, started_by="test")
+        deadline = time.monotonic() + 60
+        while Job.objects.get(pk=job.pk).status != "running":
+            assert time.monotonic() < deadline, "the worker never started the simulation"
+            time.sleep(0.02)
+        out = StringIO()
+        call_command("simulate_baseline", "--cancel", str(job.pk), stdout=out)
+        assert "stops at its next chunk and writes nothing" in out.getvalue()
+        assert simulate_baseline.AsyncResult(job.task_id).get(timeout=120) == {"status": "cancelled"}
+        job.refresh_from_db()
+        assert job.status == "cancelled" and "previous baseline is unchanged" in job.message
+        assert NodeBaseline.objects.filter(project=committed_net1).count() == before
+        assert not NodeBaseline.objects.filter(project=committed_net1, time__gte=start).exists()

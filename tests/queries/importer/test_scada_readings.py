@@ -315,7 +315,8 @@ def test_an_import_killed_mid_way_leaves_the_old_readings(
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         deadline = time.monotonic() + 120
         seen = ""
-        while not seen.startswith(("CREATE TEMP TABLE tjw_slots", "SELECT coalesce", "COPY tjw_final")):
+        cleaning = ("DECLARE tjw_blocks", "FETCH", "COPY (SELECT time", "COPY tjw_final", "COPY tjw_gone")
+        while not seen.startswith(cleaning):
             assert child.poll() is None and time.monotonic() < deadline, "the import ended before it was caught"
             cursor.execute(
                 "SELECT query FROM pg_stat_activity WHERE datname = %s AND query LIKE %s "
