@@ -66,8 +66,9 @@ MAX_OFFSET = 100_000_000
 MAX_PATH_DEPTH = 32
 MAX_REVISIONS = 50
 MAX_SECTIONS = 200
-#: A page element whose JSON text is larger is returned as a path description (an object: its members
-#: larger than ``NESTED_MEMBER_BYTES`` are), never whole: one element never fills a page.
+#: Page elements never carry a nested collection (seed 001 "嵌套集合返回路径描述"): an element that is an
+#: array is described, an object keeps its scalar members and describes its arrays and objects; a string
+#: is described above these sizes (an element / an object's member), so one element never fills a page.
 NESTED_INLINE_BYTES = 2048
 NESTED_MEMBER_BYTES = 256
 ORIGINS: frozenset[str] = frozenset(get_args(Origin))
@@ -75,10 +76,10 @@ ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 # One page of ``node`` (the value at data_path), cut and measured in SQL. ``{source}`` is one of the
 # constant source statements below (never client text); it yields ``meta`` (jsonb) and ``node``.
 # MATERIALIZED: ``node`` is selected (and the stored document detoasted) once, not once per element
-# the page reads — inlined, an 8 MiB page took seconds. A page element larger than
-# ``NESTED_INLINE_BYTES`` is not returned whole (seed 001: nested collections as path descriptions,
-# issue 23 item 9): an object keeps its small members and describes the others, anything else is
-# described — ``{path, data_path, kind, length}``, which ``data_path`` pages into.
+# the page reads — inlined, an 8 MiB page took seconds. No page element carries a nested collection
+# (seed 001: nested collections as path descriptions, issue 23 item 9): an array element is described, an
+# object element keeps its scalars and describes its arrays and objects, a long string is described —
+# ``{path, data_path, kind, length}``, which ``data_path`` pages into.
 _DESCRIBE = """jsonb_build_object(
     'path', '$' || coalesce((SELECT string_agg(CASE WHEN u.s ~ '^[0-9]+$' THEN '[' || u.s || ']' ELSE '.' || u.s END,
                                                '' ORDER BY u.n) FROM unnest(@P@) WITH ORDINALITY AS u(s, n)), ''),
@@ -88,13 +89,15 @@ _DESCRIBE = """jsonb_build_object(
                   ELSE char_length(@V@ #>> '{{}}') END)"""
 _ELEMENT = (
     """CASE
-    WHEN jsonb_typeof(x.v) NOT IN ('array', 'object', 'string') OR octet_length(x.v::text) <= @BIG@ THEN x.v
     WHEN jsonb_typeof(x.v) = 'object' THEN (
-        SELECT jsonb_object_agg(m.key, CASE
-            WHEN jsonb_typeof(m.value) IN ('array', 'object', 'string') AND octet_length(m.value::text) > @SMALL@
-            THEN @MEMBER@ ELSE m.value END)
+        SELECT coalesce(jsonb_object_agg(m.key, CASE
+            WHEN jsonb_typeof(m.value) IN ('array', 'object')
+              OR (jsonb_typeof(m.value) = 'string' AND octet_length(m.value::text) > @SMALL@)
+            THEN @MEMBER@ ELSE m.value END), '{{}}'::jsonb)
         FROM jsonb_each(x.v) AS m)
-    ELSE @WHOLE@
+    WHEN jsonb_typeof(x.v) = 'array' OR (jsonb_typeof(x.v) = 'string' AND octet_length(x.v::text) > @BIG@)
+        THEN @WHOLE@
+    ELSE x.v
 END""".replace("@MEMBER@", _DESCRIBE.replace("@V@", "m.value").replace("@P@", "(x.p || m.key)"))
     .replace("@WHOLE@", _DESCRIBE.replace("@V@", "x.v").replace("@P@", "x.p"))
     .replace("@BIG@", str(NESTED_INLINE_BYTES))
@@ -291,18 +294,19 @@ def describe(value: Any, path: Sequence[str]) -> dict[str, Any]:
 
 
 def _element(value: Any, path: list[str]) -> Any:
-    """One page element as the SQL pager returns it: whole when small; else an object keeps its small
-    members and describes the others, anything else is described."""
-    if not isinstance(value, list | dict | str) or _text_bytes(value) <= NESTED_INLINE_BYTES:
-        return value
+    """One page element as the SQL pager returns it: an object keeps its scalars (and strings up to
+    ``NESTED_MEMBER_BYTES``) and describes its arrays and objects; an array, or a string over
+    ``NESTED_INLINE_BYTES``, is described; anything else is returned as it is."""
     if isinstance(value, dict):
         return {
             k: describe(v, [*path, k])
-            if isinstance(v, list | dict | str) and _text_bytes(v) > NESTED_MEMBER_BYTES
+            if isinstance(v, list | dict) or (isinstance(v, str) and _text_bytes(v) > NESTED_MEMBER_BYTES)
             else v
             for k, v in value.items()
         }
-    return describe(value, path)
+    if isinstance(value, list) or (isinstance(value, str) and _text_bytes(value) > NESTED_INLINE_BYTES):
+        return describe(value, path)
+    return value
 
 
 class EvidenceIntegrityError(ApplicationError):

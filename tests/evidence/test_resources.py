@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from contexts.scope import QueryScope
 from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
-from evidence.task_tools import PAGE_CEILING_BYTES, get_task_evidence
+from evidence.task_tools import PAGE_CEILING_BYTES, describe, get_task_evidence
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
@@ -183,7 +183,16 @@ def test_a_large_saved_page_is_cut_to_fit_and_continues_from_the_evidence(execut
     assert follow["tool"] == "get_task_evidence"
     rest = get_task_evidence(scope=executor, **follow["arguments"])
     n = len(cut["data"]["items"])
-    assert rest.data.items == structured["data"]["items"][n : n + follow["arguments"]["limit"]]
+    # Evidence pages one level at a time (seed 001): each item's nested collections are path descriptions.
+    expected = [
+        {
+            key: describe(value, ["data", "items", str(n + i), key]) if isinstance(value, list | dict) else value
+            for key, value in item.items()
+        }
+        for i, item in enumerate(structured["data"]["items"][n : n + follow["arguments"]["limit"]])
+    ]
+    assert rest.data.items == expected
+    assert any(isinstance(v, dict) and "data_path" in v for item in rest.data.items for v in item.values())
     assert result.content[1].uri == structured["evidence_uri"]
 
 

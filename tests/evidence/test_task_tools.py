@@ -202,12 +202,24 @@ NESTED_EXPECTED = [
         },
     }
     for i in range(4)
-] + [{"element_id": "P-small", "points": [1, 2]}]
+] + [
+    {
+        "element_id": "P-small",
+        "points": {
+            "path": "$.data.items[4].points",
+            "data_path": ["data", "items", "4", "points"],
+            "kind": "array",
+            "length": 2,
+        },
+    }
+]
 
 
 def test_nested_collections_come_back_as_path_descriptions(executor: QueryScope) -> None:
-    """Seed 001 / issue 23 item 9: a page never carries a large nested value whole — it names where it is
-    (``path``, ``data_path``), its kind and length; ``data_path`` then pages into it."""
+    """Seed 001 / issue 23 item 9: a page never carries a nested collection whole, however small — it names
+    where it is (``path``, ``data_path``), its kind and length; ``data_path`` then pages into it. Scalars stay,
+    a string only over ``NESTED_MEMBER_BYTES`` (in an object) or ``NESTED_INLINE_BYTES`` (an element) is
+    described."""
     doc = nested_document()
     evidence_id = save(executor, doc)
     items = page(executor, evidence_id, ["data", "items"], limit=10)
