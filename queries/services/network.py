@@ -9,10 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.contrib.gis.geos import Point
-
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
+from queries.coordinates import coordinates, rounded
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
 from queries.plan import Plan, count_of, prepared, service
@@ -48,19 +47,27 @@ def _units(kind: str) -> dict[str, str]:
 
 
 def _db_fields(element_type: str) -> list[str]:
-    """Columns to read: the schema's stored fields, plus the geometry for nodes (longitude/latitude)."""
-    fields = [f for f in _schema_fields(element_type) if f not in ("longitude", "latitude")]
-    if element_type in NODE_TYPES:
-        fields.append("geom")
-    return fields
+    """Columns to read: the schema's stored fields (a node's longitude/latitude come from
+    ``_db_coordinates``)."""
+    return [f for f in _schema_fields(element_type) if f not in ("longitude", "latitude")]
+
+
+def _db_coordinates(element_type: str) -> dict[str, Any]:
+    """For nodes, longitude and latitude computed in SQL (``ST_X``/``ST_Y`` of ``geom``) — no GEOS
+    object per row (``queries.coordinates``); nothing for links."""
+    return coordinates("geom") if element_type in NODE_TYPES else {}
+
+
+def _db_values(element_type: str) -> tuple[list[str], dict[str, Any]]:
+    """What ``.values(*fields, **expressions)`` reads for an element's properties."""
+    return _db_fields(element_type), _db_coordinates(element_type)
 
 
 def _properties(element_type: str, row: dict[str, Any]) -> dict[str, str | float | int | bool | None]:
     props: dict[str, str | float | int | bool | None] = {}
     for name in _schema_fields(element_type):
         if name in ("longitude", "latitude"):
-            point: Point | None = row.get("geom")
-            props[name] = None if point is None else round(point.x if name == "longitude" else point.y, 7)
+            props[name] = rounded(row.get(name))
         elif name != "element_id":
             props[name] = row[name]
     return props
@@ -74,10 +81,11 @@ def _check_type(element_type: str) -> None:
 @prepared(static=1)
 def element_row(element_type: str, project_id: int, element_id: str) -> Any:
     """One element of a project by its id (at most one row)."""
+    fields, expressions = _db_values(element_type)
     return (
         ELEMENT_MODELS[element_type]
         .objects.filter(project_id=project_id, element_id=element_id)
-        .values(*_db_fields(element_type))[:1]
+        .values(*fields, **expressions)[:1]
     )
 
 
@@ -111,7 +119,8 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
     model = ELEMENT_MODELS[element_type]
     base = model.objects.filter(project_id=scope.project_id)
     total = yield count_of(base)
-    rows = yield base.order_by("element_id").values(*_db_fields(element_type))[page.offset : page.offset + page.limit]
+    fields, expressions = _db_values(element_type)
+    rows = yield base.order_by("element_id").values(*fields, **expressions)[page.offset : page.offset + page.limit]
     items = [
         ElementProperties(
             element_type=element_type,  # type: ignore[arg-type]  # checked above

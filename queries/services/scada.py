@@ -18,6 +18,7 @@ from typing import Any
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.coordinates import coordinates, rounded
 from queries.models import ScadaDevice, ScadaReading
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
@@ -51,10 +52,11 @@ _DEVICE_FIELDS = (
     "native_unit",
     "element_type",
     "element_id",
-    "location",
     "sample_interval_s",
     "accuracy",
 )
+#: The device's location as longitude/latitude computed in SQL (no GEOS object per row).
+_DEVICE_COORDINATES = coordinates("location")
 _DEVICE_UNITS = {"longitude": "degree", "latitude": "degree", "sample_interval_s": "s"}
 _GAP_REASONS = {
     "gap": "no reading received",
@@ -89,7 +91,6 @@ def check_targets(ids: Sequence[str], what: str) -> list[str]:
 
 
 def _device(row: dict[str, Any]) -> ScadaDeviceData:
-    point = row["location"]
     return ScadaDeviceData(
         device_id=row["device_id"],
         name=row["name"],
@@ -98,8 +99,8 @@ def _device(row: dict[str, Any]) -> ScadaDeviceData:
         native_unit=row["native_unit"] or row["unit"],
         element_type=row["element_type"],
         element_id=row["element_id"],
-        longitude=None if point is None else round(point.x, 7),
-        latitude=None if point is None else round(point.y, 7),
+        longitude=rounded(row["longitude"]),
+        latitude=rounded(row["latitude"]),
         sample_interval_s=row["sample_interval_s"],
         accuracy=row["accuracy"],
     )
@@ -111,7 +112,8 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
     the count and the page, both in SQL)."""
     base = ScadaDevice.objects.filter(project_id=scope.project_id)
     total = yield count_of(base)
-    rows = yield base.order_by("device_id").values(*_DEVICE_FIELDS)[page.offset : page.offset + page.limit]
+    ordered = base.order_by("device_id").values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)
+    rows = yield ordered[page.offset : page.offset + page.limit]
     items = [_device(row) for row in rows]
     data = ScadaDevicePage(
         items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
@@ -130,9 +132,8 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
 @service
 def get_scada_device(*, scope: QueryScope, device_id: str) -> Plan[ScadaDeviceResult]:
     """One SCADA device of the caller's project (one query)."""
-    rows = yield ScadaDevice.objects.filter(project_id=scope.project_id, device_id=device_id).values(*_DEVICE_FIELDS)[
-        :1
-    ]
+    lookup = ScadaDevice.objects.filter(project_id=scope.project_id, device_id=device_id)
+    rows = yield lookup.values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)[:1]
     if not rows:
         raise NotFound("No SCADA device with that id in this project.")
     device = _device(rows[0])
