@@ -14,7 +14,8 @@ from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
-from queries.plan import Plan, count_of, prepared, service
+from queries.paging import paged
+from queries.plan import Plan, prepared, service
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -113,14 +114,15 @@ def get_element_properties(*, scope: QueryScope, element_type: str, element_id: 
 
 @service
 def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) -> Plan[ElementListResult]:
-    """One page of the project's elements of a type, ordered by element id, with the total count
-    (two queries: the count and the page, both in SQL — never the whole network)."""
+    """One page of the project's elements of a type, ordered by element id, with the total (two queries:
+    the capped count and the page, both in SQL — never the whole network; ``queries.paging``: above
+    ``TJWATER_EXACT_TOTAL_MAX`` elements the total is null and ``has_more`` comes from one extra row)."""
     _check_type(element_type)
     model = ELEMENT_MODELS[element_type]
     base = model.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
     fields, expressions = _db_values(element_type)
-    rows = yield base.order_by("element_id").values(*fields, **expressions)[page.offset : page.offset + page.limit]
+    ordered = base.order_by("element_id").values(*fields, **expressions)
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [
         ElementProperties(
             element_type=element_type,  # type: ignore[arg-type]  # checked above
@@ -129,9 +131,7 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
         )
         for row in rows
     ]
-    data = ElementPage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = ElementPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ElementListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/{element_type}",

@@ -20,6 +20,7 @@ from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
 from queries.models import ScadaDevice, ScadaReading
+from queries.paging import paged
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
@@ -111,13 +112,10 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
     """One page of the project's SCADA devices, ordered by device id, with the total (two queries:
     the count and the page, both in SQL)."""
     base = ScadaDevice.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
     ordered = base.order_by("device_id").values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)
-    rows = yield ordered[page.offset : page.offset + page.limit]
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [_device(row) for row in rows]
-    data = ScadaDevicePage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = ScadaDevicePage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ScadaDeviceListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/scada-devices",
