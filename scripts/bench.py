@@ -125,6 +125,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario("list_elements 20", "list_elements", {"element_type": "junction", "limit": 20}),
     Scenario("list_elements 500 (max page)", "list_elements", {"element_type": "junction", "limit": 500}),
+    Scenario("list_elements 500 (max page, scale)", "list_elements", {"element_type": "junction", "limit": 500}, SCALE),
     Scenario("get_network_options hydraulic", "get_network_options", {"kind": "hydraulic"}),
     Scenario("get_network_schema pipe", "get_network_schema", {"kind": "pipe"}),
     Scenario("query_nearby_elements 200 m (demo)", "query_nearby_elements", {"center": [117.2, 39.1]}),
@@ -568,7 +569,8 @@ def setup_floor(issuer: str, port: int) -> psycopg.Connection[Any]:
     the floors, and the psycopg connection the floors run on."""
     import django
 
-    os.environ.update({**base_env(issuer, port), "TJWATER_MCP_ENABLED": "0"})
+    # (LOG_LEVEL: the bench's own HTTP client must not log every request through Django's logging.)
+    os.environ.update({**base_env(issuer, port), "TJWATER_MCP_ENABLED": "0", "LOG_LEVEL": "WARNING"})
     os.environ["DJANGO_SETTINGS_MODULE"] = "tjwater.settings"
     django.setup()
     from scripts import bench_floor
@@ -590,7 +592,7 @@ def scenario_floor(
         task_id, run_id = demo_task_run(issuer)
         binding = {"purpose": TASK_EXECUTION, "task_id": task_id, "run_id": run_id, "session_id": DEMO_SESSION}
     try:
-        scope = bench_floor.scope_for(scenario.project, subject, **binding)
+        scope = bench_floor.scope_for(scenario.project, subject, issuer=issuer, **binding)
         captured = bench_floor.capture(scenario.tool, scope, args)
     except ApplicationError as exc:  # reported in the row, never a silent zero
         return {"floor_ms": None, "floor_note": f"not measured: {exc.code}"}

@@ -61,16 +61,20 @@ class _Recorder:
         return compiled
 
 
-def scope_for(project: str, subject: str, *, purpose: str = "ordinary_chat", **binding: Any) -> Any:
-    """The ``QueryScope`` a call of ``subject`` in ``project`` resolves to (its membership's permissions,
-    the project's units; every tool allowed — the floor does not check access)."""
+def scope_for(
+    project: str, subject: str, *, issuer: str | None = None, purpose: str = "ordinary_chat", **binding: Any
+) -> Any:
+    """The ``QueryScope`` a call of ``subject`` (of ``issuer``, when the database knows several) in
+    ``project`` resolves to (its membership's permissions, the project's units; every tool allowed — the
+    floor does not check access)."""
     from contexts.models import Membership
     from contexts.scope import QueryScope
     from queries.registry import all_tools
 
-    membership = Membership.objects.select_related("principal", "project").get(
-        project__slug=project, principal__subject=subject
-    )
+    memberships = Membership.objects.select_related("principal", "project")
+    if issuer is not None:
+        memberships = memberships.filter(principal__issuer=issuer)
+    membership = memberships.get(project__slug=project, principal__subject=subject)
     p = membership.project
     return QueryScope(
         principal_id=membership.principal_id,
