@@ -17,7 +17,7 @@ output schema says when ``total`` is null.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -35,11 +35,17 @@ def exact_total_max() -> int:
     return int(getattr(settings, "TJWATER_EXACT_TOTAL_MAX", EXACT_TOTAL_MAX))
 
 
-def capped_total(counted: QuerySet[Any]) -> Generator[Statement, Any, int | None]:
+def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Generator[Statement, Any, int | None]:
     """The number of rows of ``counted`` when at most ``exact_total_max()``, else None (one statement
-    that reads at most that many rows plus one)."""
+    that reads at most that many rows plus one).
+
+    The rows are read in ``ordering`` — the page's own order (``paged``) — so the count takes the page's
+    index path and stops after ``cap + 1`` rows of it. Without an order the LIMIT makes a sequential scan
+    look cheapest, and a collection much smaller than its table is then read whole: 70 ms for the demo's
+    3 323 junctions among the scale network's 332 k, against 0.5 ms along the page's index (measured,
+    ``mcp_app/README.md``)."""
     cap = exact_total_max()
-    n = yield count_of(counted.order_by().values("pk")[: cap + 1])
+    n = yield count_of(counted.order_by(*ordering).values("pk")[: cap + 1])
     return int(n) if n <= cap else None
 
 
@@ -58,8 +64,8 @@ def page_rows(
 def paged(
     counted: QuerySet[Any], rows: QuerySet[Any], page: PageRequest
 ) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
-    """``(total, items, has_more)`` of one page: the capped total of ``counted``, then the page of
-    ``rows`` (two statements)."""
-    total = yield from capped_total(counted)
+    """``(total, items, has_more)`` of one page: the capped total of ``counted`` (read in the order of
+    ``rows``), then the page of ``rows`` (two statements)."""
+    total = yield from capped_total(counted, rows.query.order_by)
     items, has_more = yield from page_rows(rows, page, total)
     return total, items, has_more

@@ -68,8 +68,12 @@ def test_a_collection_above_the_exact_count_threshold_has_no_total(
     the total is exact again."""
     settings.TJWATER_EXACT_TOTAL_MAX = 5
     pages = []
-    with django_assert_num_queries(2):  # the capped count + one page (one row longer)
+    with django_assert_num_queries(2) as queries:  # the capped count + one page (one row longer)
         pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4)))
+    count_sql = queries.captured_queries[0]["sql"]
+    # The count reads at most threshold + 1 rows, along the page's order (its index path, not a seq scan).
+    assert "COUNT(*)" in count_sql and "LIMIT 6" in count_sql
+    assert 'ORDER BY "queries_junction"."element_id" ASC' in count_sql
     pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4, offset=4)))
     pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4, offset=8)))
     pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=5, offset=4)))
