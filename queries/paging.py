@@ -5,9 +5,9 @@ fragments (``total, items, has_more = yield from paged(…)``), so they all beha
 
 - the total is counted with a cap: ``SELECT COUNT(*) FROM (… LIMIT cap + 1)``, which reads at most
   ``cap + 1`` rows. Up to ``TJWATER_EXACT_TOTAL_MAX`` rows it is the exact ``total``; above it ``total`` is
-  ``null`` — R-PAGE-1's "no stable total" — never an estimate. An exact ``COUNT(*)`` of a 332 k-row
-  collection cost most of a 91 ms page on the scale network, on every page, for a number no client can
-  page through anyway (offsets stop at 10 000, ``MAX_OFFSET``);
+  ``null`` — R-PAGE-1's "no stable total" — never an estimate. An exact ``COUNT(*)`` of a very large
+  collection reads all of it on every page (most of a ``list_elements`` page on the scale network), for a
+  number no client can page through anyway (offsets stop at ``MAX_OFFSET``);
 - ``has_more`` is always exact: from the total when there is one, else by reading one row more than the
   page (that row is not returned).
 
@@ -41,9 +41,8 @@ def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Genera
 
     The rows are read in ``ordering`` — the page's own order (``paged``) — so the count takes the page's
     index path and stops after ``cap + 1`` rows of it. Without an order the LIMIT makes a sequential scan
-    look cheapest, and a collection much smaller than its table is then read whole: 70 ms for the demo's
-    3 323 junctions among the scale network's 332 k, against 0.5 ms along the page's index (measured,
-    ``mcp_app/README.md``)."""
+    look cheapest, and a collection much smaller than its table is then read whole (the demo's junctions
+    among the scale network's: measured in ``mcp_app/README.md``, "Measuring")."""
     cap = exact_total_max()
     n = yield count_of(counted.order_by(*ordering).values("pk")[: cap + 1])
     return int(n) if n <= cap else None
