@@ -6,6 +6,7 @@ element and an element of another project give the same ``NotFound`` (STYLE "sco
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,8 @@ from queries.schemas.network import (
 )
 
 SOURCE = "model_network"
+#: The properties of a node computed from its geometry (``_db_coordinates``).
+COORDINATES = frozenset({"longitude", "latitude"})
 
 
 def _schema_fields(element_type: str) -> list[str]:
@@ -50,7 +53,7 @@ def _units(kind: str) -> dict[str, str]:
 def _db_fields(element_type: str) -> list[str]:
     """Columns to read: the schema's stored fields (a node's longitude/latitude come from
     ``_db_coordinates``)."""
-    return [f for f in _schema_fields(element_type) if f not in ("longitude", "latitude")]
+    return [f for f in _schema_fields(element_type) if f not in COORDINATES]
 
 
 def _db_coordinates(element_type: str) -> dict[str, Any]:
@@ -64,14 +67,17 @@ def _db_values(element_type: str) -> tuple[list[str], dict[str, Any]]:
     return _db_fields(element_type), _db_coordinates(element_type)
 
 
+@functools.cache
+def _property_names(element_type: str) -> tuple[tuple[str, bool], ...]:
+    """The schema's properties of an element type, in schema order, each with whether it is a coordinate
+    (``NETWORK_SCHEMAS`` is a constant: worked out once per type, not once per row)."""
+    return tuple((name, name in COORDINATES) for name in _schema_fields(element_type) if name != "element_id")
+
+
 def _properties(element_type: str, row: dict[str, Any]) -> dict[str, str | float | int | bool | None]:
-    props: dict[str, str | float | int | bool | None] = {}
-    for name in _schema_fields(element_type):
-        if name in ("longitude", "latitude"):
-            props[name] = rounded(row.get(name))
-        elif name != "element_id":
-            props[name] = row[name]
-    return props
+    return {
+        name: rounded(row.get(name)) if coordinate else row[name] for name, coordinate in _property_names(element_type)
+    }
 
 
 def _check_type(element_type: str) -> None:
