@@ -132,18 +132,17 @@ def fit_inline(
         raise LimitExceeded("The result is too large to return inline; narrow the request.")
     offset = int(data.get("offset", 0))
     all_items = items
-    low, high = 0, len(all_items) - 1  # find the largest count that fits (≥ 0)
+    # The largest count that fits, from each item's size measured once: the compact JSON of the first k
+    # items is the result with no items plus their sizes and k - 1 commas (200: room for the
+    # continuation fields). One serialisation per item instead of one of the whole result per guess.
+    data["items"] = []
+    room = max_bytes - 200 - _json_size(structured)
     best = 0
-    while low <= high:
-        mid = (low + high + 1) // 2
-        data["items"] = all_items[:mid]
-        if _json_size(structured) + 200 <= max_bytes:  # 200: room for the continuation fields
-            best = mid
-            low = mid + 1
-        else:
-            high = mid - 1
-        if mid == 0:
+    for i, item in enumerate(all_items):
+        room -= _json_size(item) + (1 if i else 0)
+        if room < 0:
             break
+        best = i + 1
     if best == 0:
         raise LimitExceeded("Even one item of this page is too large to return inline.")
     data["items"] = all_items[:best]
