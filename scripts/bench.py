@@ -603,6 +603,7 @@ def scenario_floor(
         "floor_json_ms": round(floor.json_ms, 3),
         "floor_statements": floor.statements,
         "floor_serialiser": floor.serialiser,
+        "floor_runs": floor.runs,
     }
     if scenario.purpose == TASK_EXECUTION and scenario.meta is not None:
         out["floor_note"] = "query only (the receipt and snapshot writes are not in it)"

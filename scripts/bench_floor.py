@@ -5,7 +5,7 @@ fastest serialiser at hand. "Its tool's SQL" is taken from the tool itself, neve
 ``capture`` runs the tool's plan once through the very driver ``/mcp`` uses (``mcp_app.executor``:
 ``run_plan`` and ``StatementCompiler``) with a compiler that records each compiled statement, and shapes
 the answer as the dispatcher does (``fit_inline``: the inline cap of R-PAGE-5). ``measure`` then runs
-exactly those statements (SQL and parameters) on one sync psycopg connection — prepared, as the server's
+exactly those statements (SQL and parameters) on one sync psycopg connection — prepared as the server's
 connections prepare them — and serialises the captured answer, ``runs`` times; the floor is the median
 of (statements + serialisation). No HTTP, no authentication, no context, no limiter, no Pydantic.
 
@@ -46,6 +46,7 @@ class Floor:
     json_ms: float  # median of the serialisation alone
     serialiser: str
     statements: int
+    runs: int
 
 
 class _Recorder:
@@ -126,14 +127,14 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
 
 
 def connect() -> psycopg.Connection[Any]:
-    """A psycopg connection like the server's query connections (Django's parameters and loaders, PostGIS
-    as text, read-only), preparing every statement at once."""
+    """A psycopg connection like the server's query connections: Django's parameters and loaders, PostGIS
+    as text, read-only, and the server's ``prepare_threshold`` (so its statements are prepared, and
+    planned, as the server's are)."""
     from psycopg.types import TypeInfo
 
     from mcp_app.executor import POSTGIS_TYPES, _connection_kwargs, register_postgis_types
 
     conn = psycopg.connect(**_connection_kwargs(60_000, 5))
-    conn.prepare_threshold = 0
     register_postgis_types(conn, [TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES])
     return conn
 
@@ -153,11 +154,19 @@ def fastest_serialiser(structured: dict[str, Any], rounds: int = 20) -> tuple[st
     return best[1], SERIALISERS[best[1]]
 
 
-def measure(captured: Captured, conn: psycopg.Connection[Any], runs: int, warmup: int = 5) -> Floor:
-    """Median cost of running the captured statements and serialising the captured answer."""
+def measure(
+    captured: Captured, conn: psycopg.Connection[Any], runs: int, warmup: int = 5, max_s: float = 15.0
+) -> Floor:
+    """Median cost of running the captured statements and serialising the captured answer, ``runs`` times
+    (fewer, but at least 5, when they take longer than ``max_s`` together)."""
     name, dump = fastest_serialiser(captured.structured)
-    totals, sqls, jsons = [], [], []
+    totals: list[float] = []
+    sqls: list[float] = []
+    jsons: list[float] = []
+    deadline = time.monotonic() + max_s
     for i in range(warmup + runs):
+        if len(totals) >= 5 and time.monotonic() > deadline:
+            break
         started = time.perf_counter()
         with conn.cursor() as cursor:
             for sql, params in captured.statements:
@@ -177,4 +186,5 @@ def measure(captured: Captured, conn: psycopg.Connection[Any], runs: int, warmup
         json_ms=statistics.median(jsons) * 1000,
         serialiser=name,
         statements=len(captured.statements),
+        runs=len(totals),
     )
