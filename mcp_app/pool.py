@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -46,6 +47,31 @@ def _connection_kwargs(budget_ms: int, connect_timeout_s: int) -> dict[str, Any]
         f"-c idle_in_transaction_session_timeout={int(budget_ms)} -c TimeZone={wrapper.timezone_name}"
     )
     return params
+
+
+#: The PostGIS types whose values load as text (``register_postgis_types``).
+POSTGIS_TYPES = ("geometry", "geography", "raster")
+
+
+def register_postgis_types(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], infos: Sequence[Any]) -> None:
+    """Load PostGIS values as text and dump Django's ``PostGISAdapter`` on ``conn``, as Django's own
+    connections do (its converters parse the text); ``infos`` are the ``TypeInfo`` of ``POSTGIS_TYPES``
+    (None for a type the database lacks). Shared with the bench's floor (``scripts/bench_floor.py``),
+    which runs the same statements on a plain psycopg connection."""
+    from django.contrib.gis.db.backends.postgis.adapter import PostGISAdapter
+    from django.contrib.gis.db.backends.postgis.base import postgis_adapters
+    from psycopg.types.string import TextBinaryLoader, TextLoader
+
+    oids = []
+    for info in infos:
+        if info:
+            info.register(conn)
+            conn.adapters.register_loader(info.oid, TextLoader)
+            conn.adapters.register_loader(info.oid, TextBinaryLoader)
+        oids.append(info.oid if info else None)
+    text_dumper, binary_dumper = postgis_adapters(*oids)
+    conn.adapters.register_dumper(PostGISAdapter, text_dumper)
+    conn.adapters.register_dumper(PostGISAdapter, binary_dumper)
 
 
 MIN_OPEN = 2
@@ -93,24 +119,11 @@ class QueryDatabase:
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """PostGIS types load as text like Django's connections (its converters parse them)."""
-        from django.contrib.gis.db.backends.postgis.base import postgis_adapters
         from psycopg.types import TypeInfo
-        from psycopg.types.string import TextBinaryLoader, TextLoader
 
         if self._geo_infos is None:
-            self._geo_infos = [await TypeInfo.fetch(conn, name) for name in ("geometry", "geography", "raster")]
-        oids = []
-        for info in self._geo_infos:
-            if info:
-                info.register(conn)
-                conn.adapters.register_loader(info.oid, TextLoader)
-                conn.adapters.register_loader(info.oid, TextBinaryLoader)
-            oids.append(info.oid if info else None)
-        from django.contrib.gis.db.backends.postgis.adapter import PostGISAdapter
-
-        text_dumper, binary_dumper = postgis_adapters(*oids)
-        conn.adapters.register_dumper(PostGISAdapter, text_dumper)
-        conn.adapters.register_dumper(PostGISAdapter, binary_dumper)
+            self._geo_infos = [await TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES]
+        register_postgis_types(conn, self._geo_infos)
 
     async def open(self) -> None:
         # Not waiting: the server starts even while PostgreSQL is down (calls then answer

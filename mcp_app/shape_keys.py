@@ -10,8 +10,9 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from django.core.exceptions import FieldError
 from django.db.models import Count, QuerySet
-from django.db.models.expressions import Col
+from django.db.models.expressions import Col, Func
 from django.db.models.lookups import Lookup
 from django.db.models.sql.where import WhereNode
 
@@ -142,12 +143,38 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+def _expression_key(expression: Any) -> tuple[Any, ...]:
+    """The structure of an annotation that has no values of its own: a column, or a plain SQL function
+    (``Func``: its template, joiner, ``function`` and other extras, output type) of such expressions —
+    e.g. ``ST_X(geom)``. Anything else (a ``Value``, a window, an aggregate, a subquery, a GIS
+    function that adapts its arguments…) is ``_NotCacheable``; ``_learn`` still proves every parameter."""
+    kind = type(expression)
+    if kind is Col:
+        return (Col, expression.alias, expression.target, expression.output_field)
+    if kind is not Func:
+        raise _NotCacheable
+    extra = tuple(sorted(expression.extra.items()))
+    if not all(type(v) is str for _, v in extra):
+        raise _NotCacheable
+    try:
+        output = type(expression.output_field)
+    except FieldError:  # no declared output type and none to infer: not a shape to describe
+        raise _NotCacheable from None
+    return (
+        Func,
+        expression.template,
+        expression.arg_joiner,
+        extra,
+        output,
+        tuple(_expression_key(source) for source in expression.get_source_expressions()),
+    )
+
+
 def _shape_key(kind: str, queryset: QuerySet[Any]) -> tuple[tuple[Any, ...], list[Any]]:
     """(hashable shape key, filter values) of a queryset, or ``_NotCacheable``."""
     q = queryset.query
     if (
-        q.annotations
-        or q.extra
+        q.extra
         or q.combinator
         or q.group_by is not None
         or q.select_for_update
@@ -182,6 +209,8 @@ def _shape_key(kind: str, queryset: QuerySet[Any]) -> tuple[tuple[Any, ...], lis
         q.high_mark is not None,
         # A count of a sliced query keeps the slice as literals inside its subquery.
         (q.low_mark, q.high_mark) if kind == "count" else None,
+        tuple((name, _expression_key(expression)) for name, expression in q.annotations.items()),
+        tuple(q.annotation_select_mask) if q.annotation_select_mask is not None else None,
     ]
     leaves: list[Any] = []
     _walk_where(q.where, key, leaves)

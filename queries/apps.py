@@ -25,6 +25,7 @@ class QueriesConfig(AppConfig):
         # binding, REST and the parity tests all read the registry.
         from importlib import import_module
 
+        from queries import checks  # noqa: F401  (registers the system checks)
         from tjwater.registry import TOOLS
 
         for family in FAMILIES:

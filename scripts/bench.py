@@ -9,7 +9,10 @@ onboarding service (``manage.py membership_grant``); contexts are created throug
 
 For every scenario (each tool at a typical and at its maximum size): p50/p95 at concurrency 1, req/s at
 concurrency 1 and 8, server CPU per call (utime+stime of the server process over the measured phase),
-and the ratio of p50 to a psycopg floor measured in the same run (one prepared one-row lookup, no HTTP).
+and the scenario's own floor measured in the same run with its ratio (issue 25): the tool's SQL — the
+statements the call runs, captured from the tool's plan through the MCP driver — executed with psycopg
+alone, plus serialising the same answer with the fastest serialiser at hand (``scripts/bench_floor.py``).
+The header also gives the one-row psycopg lookup (a prepared statement, no HTTP) as the machine's scale.
 Then the cancellation latency (client disconnect → the statement gone from ``pg_stat_activity``, p95
 over 20 runs) and the server's peak RSS. Every response is checked (HTTP 200, a result, not ``isError``)
 and errors are counted. Results: ``var/bench/results.json`` and a Markdown table on stdout.
@@ -57,6 +60,8 @@ from scripts.investigation_walk import (  # noqa: E402  (the demo investigation:
     REQUEST_KEY,
 )
 from tests.interop.idp import AGENT_CLIENT_ID, USERS, start_provider  # noqa: E402  (the tests' provider driver)
+
+FLOOR_RUNS = 200  # statements + serialisation per scenario floor (its median)
 
 DB = os.environ.get("BENCH_DB", "tjwater_bench")
 DSN = f"postgresql://postgres@127.0.0.1:5432/{DB}"
@@ -120,6 +125,7 @@ SCENARIOS: list[Scenario] = [
     ),
     Scenario("list_elements 20", "list_elements", {"element_type": "junction", "limit": 20}),
     Scenario("list_elements 500 (max page)", "list_elements", {"element_type": "junction", "limit": 500}),
+    Scenario("list_elements 500 (max page, scale)", "list_elements", {"element_type": "junction", "limit": 500}, SCALE),
     Scenario("get_network_options hydraulic", "get_network_options", {"kind": "hydraulic"}),
     Scenario("get_network_schema pipe", "get_network_schema", {"kind": "pipe"}),
     Scenario("query_nearby_elements 200 m (demo)", "query_nearby_elements", {"center": [117.2, 39.1]}),
@@ -558,6 +564,52 @@ def psycopg_floor(runs: int) -> float:
     return statistics.median(timings)
 
 
+def setup_floor(issuer: str, port: int) -> psycopg.Connection[Any]:
+    """Django in this process (the bench database, the server's settings) to build the tools' plans for
+    the floors, and the psycopg connection the floors run on."""
+    import django
+
+    # (LOG_LEVEL: the bench's own HTTP client must not log every request through Django's logging.)
+    os.environ.update({**base_env(issuer, port), "TJWATER_MCP_ENABLED": "0", "LOG_LEVEL": "WARNING"})
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tjwater.settings"
+    django.setup()
+    from scripts import bench_floor
+
+    return bench_floor.connect()
+
+
+def scenario_floor(
+    scenario: Scenario, subject: str, args: dict[str, Any], conn: psycopg.Connection[Any], issuer: str
+) -> dict[str, Any]:
+    """The scenario's floor (``scripts/bench_floor.py``): its statements captured from one run of its
+    tool's plan, then timed with psycopg alone with the serialisation of the same answer. For a task
+    scenario the floor is the query's alone: a saving call's receipt and snapshot writes are not in it."""
+    from contexts.errors import ApplicationError
+    from scripts import bench_floor
+
+    binding: dict[str, Any] = {}
+    if scenario.purpose == TASK_EXECUTION:
+        task_id, run_id = demo_task_run(issuer)
+        binding = {"purpose": TASK_EXECUTION, "task_id": task_id, "run_id": run_id, "session_id": DEMO_SESSION}
+    try:
+        scope = bench_floor.scope_for(scenario.project, subject, issuer=issuer, **binding)
+        captured = bench_floor.capture(scenario.tool, scope, args)
+    except ApplicationError as exc:  # reported in the row, never a silent zero
+        return {"floor_ms": None, "floor_note": f"not measured: {exc.code}"}
+    floor = bench_floor.measure(captured, conn, FLOOR_RUNS)
+    out: dict[str, Any] = {
+        "floor_ms": round(floor.p50_ms, 3),
+        "floor_sql_ms": round(floor.sql_ms, 3),
+        "floor_json_ms": round(floor.json_ms, 3),
+        "floor_statements": floor.statements,
+        "floor_serialiser": floor.serialiser,
+        "floor_runs": floor.runs,
+    }
+    if scenario.purpose == TASK_EXECUTION and scenario.meta is not None:
+        out["floor_note"] = "query only (the receipt and snapshot writes are not in it)"
+    return out
+
+
 async def cancellation_latency(url: str, token: str, handle: str, runs: int) -> list[float]:
     """Client disconnect → the statement gone from pg_stat_activity (ms), ``runs`` times."""
     latencies = []
@@ -603,10 +655,12 @@ def main() -> int:
     options = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.sched_setaffinity(0, {1})  # the load generator on CPU 1, the server on CPU 0
+    load_at_start = [round(x, 2) for x in os.getloadavg()]  # a shared machine: say how busy it was
 
     # Tokens valid for the whole run (the provider's default is 300 s; a real host refreshes them).
     provider = start_provider(OUT / "provider.log", IDP_ACCESS_TOKEN_TTL=str(RUN_LIFETIME_S))
     server = None
+    floor_conn = None
     try:
         ensure_database(options.tiles, provider.issuer)
         port = free_port()
@@ -616,6 +670,7 @@ def main() -> int:
         subject = USERS["alice"][0]
         grant(provider.issuer, subject)
         server = start_server(provider.issuer, port, OUT / "server.log")
+        floor_conn = setup_floor(provider.issuer, port)
         base = f"http://127.0.0.1:{port}"
         handles = {}
         for project in (DEMO, SCALE):
@@ -660,6 +715,7 @@ def main() -> int:
                 drive(url, call_token, scenario.tool, args, concurrency=8, requests=options.requests, **run)
             )
             p50 = percentile(one.latencies_ms, 0.5)
+            floor = scenario_floor(scenario, subject, args, floor_conn, provider.issuer)
             row = {
                 "scenario": scenario.name,
                 "tool": scenario.tool,
@@ -671,7 +727,8 @@ def main() -> int:
                 "rps_c8": round(len(eight.latencies_ms) / eight.wall_s, 1),
                 "p99_c8_ms": round(percentile(eight.latencies_ms, 0.99), 2),
                 "cpu_ms_per_call": round(cpu_ms, 2),
-                "x_floor": round(p50 / floor_ms, 1),
+                **floor,
+                "x_floor": round(p50 / floor["floor_ms"], 1) if floor.get("floor_ms") else None,
                 "response_bytes": one.bytes_out,
                 "errors": {**one.errors, **{f"c8:{k}": v for k, v in eight.errors.items()}},
             }
@@ -681,6 +738,7 @@ def main() -> int:
         summary = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
             "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} cores",
+            "load_average": {"start": load_at_start, "end": [round(x, 2) for x in os.getloadavg()]},
             "psycopg_floor_p50_ms": round(floor_ms, 3),
             "cancellation_ms": {"p50": round(percentile(cancel, 0.5), 1), "p95": round(percentile(cancel, 0.95), 1)},
             "peak_rss_mb": round(peak_rss_mb(server.pid), 1),
@@ -691,6 +749,8 @@ def main() -> int:
         failed = [r for r in rows if r.get("status") == "errors"]
         return 1 if failed else 0
     finally:
+        if floor_conn is not None:
+            floor_conn.close()
         if server is not None:
             server.terminate()
             server.wait(timeout=15)
@@ -709,20 +769,25 @@ def _tools(base: str, token: str) -> list[dict[str, Any]]:
 
 def markdown(summary: dict[str, Any]) -> str:
     lines = [
-        f"Measured {summary['date']} on {summary['machine']}; psycopg floor p50 {summary['psycopg_floor_p50_ms']} ms; "
+        f"Measured {summary['date']} on {summary['machine']} (load average {summary['load_average']['start']} → "
+        f"{summary['load_average']['end']}); one-row psycopg lookup p50 {summary['psycopg_floor_p50_ms']} ms; "
         f"cancellation p50 {summary['cancellation_ms']['p50']} ms, p95 {summary['cancellation_ms']['p95']} ms; "
         f"peak RSS {summary['peak_rss_mb']} MB.",
         "",
-        "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | × floor | bytes |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "Floor: the scenario's statements with psycopg alone + serialising its answer (scripts/bench_floor.py).",
+        "",
+        "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | floor ms | × floor "
+        "| bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["scenarios"]:
         if "p50_ms" not in row:
-            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | |")
+            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | | |")
             continue
         lines.append(
             f"| {row['scenario']} | {row['p50_ms']} | {row['p95_ms']} | {row['rps_c1']} | {row['rps_c8']} | "
-            f"{row['p99_c8_ms']} | {row['cpu_ms_per_call']} | {row['x_floor']} | {row['response_bytes']} |"
+            f"{row['p99_c8_ms']} | {row['cpu_ms_per_call']} | {row.get('floor_ms') or row.get('floor_note')} | "
+            f"{row['x_floor'] if row.get('x_floor') is not None else '–'} | {row['response_bytes']} |"
         )
     return "\n".join(lines)
 

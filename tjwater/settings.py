@@ -250,6 +250,9 @@ CELERY_BEAT_SCHEDULE["contexts-refresh-issuer-keys"] = {
 # Lease of one in-flight query slot in Redis (R-PAGE-7). A live process refreshes its leases every
 # third of this; a killed process's slot frees itself when the lease runs out.
 TJWATER_MCP_SLOT_LEASE_S = env.float("TJWATER_MCP_SLOT_LEASE_S", default=10.0)
+# A collection's total is counted exactly up to this many rows; above it the page answers total=null
+# (R-PAGE-1) with an exact has_more (queries.paging; the figure is a measurement, mcp_app/README.md).
+TJWATER_EXACT_TOTAL_MAX = env.int("TJWATER_EXACT_TOTAL_MAX", default=10000)
 # Inline result cap in bytes of JSON (R-PAGE-5).
 TJWATER_MCP_INLINE_MAX_BYTES = env.int("TJWATER_MCP_INLINE_MAX_BYTES", default=12000)
 # A tools/call that stays silent this long commits text/event-stream and is pinged every interval (so a

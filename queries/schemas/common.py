@@ -41,10 +41,19 @@ class PageRequest(BaseModel):
             raise LimitExceeded(f"offset must be between 0 and {MAX_OFFSET}.")
 
 
-class PageInfo(BaseModel):
-    """Where a page sits in its collection. ``total`` is null when there is no stable total."""
+#: What a page's ``total`` means (R-PAGE-1; ``queries.paging``), in every collection's output schema.
+TOTAL_DESCRIPTION = (
+    "Rows in the whole collection; null when there is no stable total or when the collection is larger "
+    "than the server's exact-count threshold (TJWATER_EXACT_TOTAL_MAX, 10000 by default) — never an "
+    "estimate. has_more is exact either way."
+)
 
-    total: int | None
+
+class PageInfo(BaseModel):
+    """Where a page sits in its collection. ``total`` is null when there is no stable total, or above the
+    exact-count threshold (``queries.paging``)."""
+
+    total: int | None = Field(description=TOTAL_DESCRIPTION)
     limit: int
     offset: int
     has_more: bool
@@ -54,7 +63,7 @@ class Page(BaseModel, Generic[ItemT]):
     """A page of a collection (R-PAGE-1): ``items, total, limit, offset, has_more``."""
 
     items: list[ItemT]
-    total: int | None
+    total: int | None = Field(description=TOTAL_DESCRIPTION)
     limit: int
     offset: int
     has_more: bool

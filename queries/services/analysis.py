@@ -27,7 +27,8 @@ from queries.models import (
     AnalysisResult,
     AnalysisRun,
 )
-from queries.plan import Plan, count_of, service
+from queries.paging import paged
+from queries.plan import Plan, service
 from queries.schemas.analysis import (
     AnalysisResultItem,
     AnalysisResultListResult,
@@ -132,12 +133,10 @@ def list_analysis_runs(*, scope: QueryScope, page: PageRequest) -> Plan[Analysis
     if page.limit > MAX_RUN_PAGE:
         raise LimitExceeded(f"limit for analysis runs must be at most {MAX_RUN_PAGE}.")
     base = AnalysisRun.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
-    rows = yield base.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)[page.offset : page.offset + page.limit]
+    ordered = base.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [AnalysisRunSummary(**_summary(r)) for r in rows]
-    data = AnalysisRunPage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = AnalysisRunPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return AnalysisRunListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/analysis-runs",
@@ -324,20 +323,20 @@ def query_analysis_values(
     at: datetime | None = run["at"]
     if at is not None and run["last_time"] is not None and time > run["last_time"]:
         at = None  # after the run's last instant: no value, not the last one held forever
-    total, rows = 0, []
+    total: int | None = 0
+    rows: list[Any] = []
+    has_more = False
     if at is not None:
         base = model.objects.filter(run_id=run["pk"], element_type=element_type, time=at)
-        total = yield count_of(base)
-        rows = yield base.order_by("element_id").values_list("element_id", field)[
-            page.offset : page.offset + page.limit
-        ]
+        ordered = base.order_by("element_id").values_list("element_id", field)
+        total, rows, has_more = yield from paged(base, ordered, page)
     items = [ElementValue(element_id=e, value=v) for e, v in rows]
     data = AnalysisValuesPage(
         items=items,
         total=total,
         limit=page.limit,
         offset=page.offset,
-        has_more=page.offset + len(items) < total,
+        has_more=has_more,
         run_id=run_id,
         element_type=element_type,  # type: ignore[arg-type]  # checked by _check_field
         field=field,

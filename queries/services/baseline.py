@@ -25,7 +25,8 @@ from django.db.models import Count, Max, Min, QuerySet
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
-from queries.plan import Plan, count_of, service
+from queries.paging import paged
+from queries.plan import Plan, service
 from queries.schemas.baseline import (
     BaselineAtTime,
     BaselineAtTimeResult,
@@ -299,15 +300,15 @@ def query_model_baseline_field(
     instants = yield _around(base, asked, ())
     instant = _instant(instants, asked, f"{element_type} elements")["time"]
     at = base.filter(time=instant)
-    total = yield count_of(at)
-    rows = yield at.order_by("element_id").values_list("element_id", field)[page.offset : page.offset + page.limit]
+    ordered = at.order_by("element_id").values_list("element_id", field)
+    total, rows, has_more = yield from paged(at, ordered, page)
     items = [BaselineFieldValue(element_id=e, value=v) for e, v in rows]
     data = BaselineFieldPage(
         items=items,
         total=total,
         limit=page.limit,
         offset=page.offset,
-        has_more=page.offset + len(items) < total,
+        has_more=has_more,
         element_type=element_type,  # type: ignore[arg-type]  # checked by fields_of
         field=field,  # type: ignore[arg-type]  # checked by _check_fields
         requested_time=asked,

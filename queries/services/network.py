@@ -6,16 +6,17 @@ element and an element of another project give the same ``NotFound`` (STYLE "sco
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 from typing import Any
 
-from django.contrib.gis.geos import Point
-
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
+from queries.coordinates import coordinates, rounded
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
-from queries.plan import Plan, count_of, prepared, service
+from queries.paging import paged
+from queries.plan import Plan, prepared, service
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -30,6 +31,8 @@ from queries.schemas.network import (
 )
 
 SOURCE = "model_network"
+#: The properties of a node computed from its geometry (``_db_coordinates``).
+COORDINATES = frozenset({"longitude", "latitude"})
 
 
 def _schema_fields(element_type: str) -> list[str]:
@@ -48,22 +51,33 @@ def _units(kind: str) -> dict[str, str]:
 
 
 def _db_fields(element_type: str) -> list[str]:
-    """Columns to read: the schema's stored fields, plus the geometry for nodes (longitude/latitude)."""
-    fields = [f for f in _schema_fields(element_type) if f not in ("longitude", "latitude")]
-    if element_type in NODE_TYPES:
-        fields.append("geom")
-    return fields
+    """Columns to read: the schema's stored fields (a node's longitude/latitude come from
+    ``_db_coordinates``)."""
+    return [f for f in _schema_fields(element_type) if f not in COORDINATES]
+
+
+def _db_coordinates(element_type: str) -> dict[str, Any]:
+    """For nodes, longitude and latitude computed in SQL (``ST_X``/``ST_Y`` of ``geom``) — no GEOS
+    object per row (``queries.coordinates``); nothing for links."""
+    return coordinates("geom") if element_type in NODE_TYPES else {}
+
+
+def _db_values(element_type: str) -> tuple[list[str], dict[str, Any]]:
+    """What ``.values(*fields, **expressions)`` reads for an element's properties."""
+    return _db_fields(element_type), _db_coordinates(element_type)
+
+
+@functools.cache
+def _property_names(element_type: str) -> tuple[tuple[str, bool], ...]:
+    """The schema's properties of an element type, in schema order, each with whether it is a coordinate
+    (``NETWORK_SCHEMAS`` is a constant: worked out once per type, not once per row)."""
+    return tuple((name, name in COORDINATES) for name in _schema_fields(element_type) if name != "element_id")
 
 
 def _properties(element_type: str, row: dict[str, Any]) -> dict[str, str | float | int | bool | None]:
-    props: dict[str, str | float | int | bool | None] = {}
-    for name in _schema_fields(element_type):
-        if name in ("longitude", "latitude"):
-            point: Point | None = row.get("geom")
-            props[name] = None if point is None else round(point.x if name == "longitude" else point.y, 7)
-        elif name != "element_id":
-            props[name] = row[name]
-    return props
+    return {
+        name: rounded(row.get(name)) if coordinate else row[name] for name, coordinate in _property_names(element_type)
+    }
 
 
 def _check_type(element_type: str) -> None:
@@ -74,10 +88,11 @@ def _check_type(element_type: str) -> None:
 @prepared(static=1)
 def element_row(element_type: str, project_id: int, element_id: str) -> Any:
     """One element of a project by its id (at most one row)."""
+    fields, expressions = _db_values(element_type)
     return (
         ELEMENT_MODELS[element_type]
         .objects.filter(project_id=project_id, element_id=element_id)
-        .values(*_db_fields(element_type))[:1]
+        .values(*fields, **expressions)[:1]
     )
 
 
@@ -105,13 +120,15 @@ def get_element_properties(*, scope: QueryScope, element_type: str, element_id: 
 
 @service
 def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) -> Plan[ElementListResult]:
-    """One page of the project's elements of a type, ordered by element id, with the total count
-    (two queries: the count and the page, both in SQL — never the whole network)."""
+    """One page of the project's elements of a type, ordered by element id, with the total (two queries:
+    the capped count and the page, both in SQL — never the whole network; ``queries.paging``: above
+    ``TJWATER_EXACT_TOTAL_MAX`` elements the total is null and ``has_more`` comes from one extra row)."""
     _check_type(element_type)
     model = ELEMENT_MODELS[element_type]
     base = model.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
-    rows = yield base.order_by("element_id").values(*_db_fields(element_type))[page.offset : page.offset + page.limit]
+    fields, expressions = _db_values(element_type)
+    ordered = base.order_by("element_id").values(*fields, **expressions)
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [
         ElementProperties(
             element_type=element_type,  # type: ignore[arg-type]  # checked above
@@ -120,9 +137,7 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
         )
         for row in rows
     ]
-    data = ElementPage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = ElementPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ElementListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/{element_type}",

@@ -19,7 +19,8 @@ from django.db.models.expressions import RawSQL
 from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from queries.models import SensorPlacementRun
-from queries.plan import Plan, count_of, service
+from queries.paging import paged
+from queries.plan import Plan, service
 from queries.schemas.common import PageRequest
 from queries.schemas.placement import (
     SelectedSensor,
@@ -58,16 +59,10 @@ def list_sensor_placement_runs(*, scope: QueryScope, page: PageRequest) -> Plan[
     """One page of the project's sensor placement runs, newest first (two queries: count, page); the
     selected sensors are counted in SQL, not returned."""
     base = SensorPlacementRun.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
-    rows = yield (
-        base.annotate(sensor_count=_sensor_count())
-        .order_by("-created_at", "run_id")
-        .values(*_SUMMARY_FIELDS)[page.offset : page.offset + page.limit]
-    )
+    ordered = base.annotate(sensor_count=_sensor_count()).order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [_summary(r) for r in rows]
-    data = SensorPlacementRunPage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = SensorPlacementRunPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return SensorPlacementRunListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/sensor-placement-runs",

@@ -22,8 +22,9 @@ from typing import Any
 from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
-from queries.plan import Plan, Raw, count_of, service
-from queries.schemas.common import PageInfo, TimeWindow
+from queries.paging import paged
+from queries.plan import Plan, Raw, service
+from queries.schemas.common import PageInfo, PageRequest, TimeWindow
 from queries.schemas.ranking import (
     BaselineRanking,
     BaselineRankingResult,
@@ -85,16 +86,16 @@ def rank_model_baseline(
     if where is not None:
         inside = ELEMENT_MODELS[element_type].objects.filter(element_area(where, scope.project_id, element_type))
         ranked = ranked.filter(element_id__in=inside.filter(project_id=scope.project_id).values("element_id"))
-    total = yield count_of(ranked)
     key = field if order == "asc" else f"-{field}"
-    rows = yield ranked.order_by(key, "element_id").values_list("element_id", field)[:limit]
+    ordered = ranked.order_by(key, "element_id").values_list("element_id", field)
+    total, rows, has_more = yield from paged(ranked, ordered, PageRequest(limit=limit, max_limit=limit))
     items = [RankedValue(element_id=e, value=v) for e, v in rows]
     data = BaselineRanking(
         items=items,
         total=total,
         limit=limit,
         offset=0,
-        has_more=len(items) < total,
+        has_more=has_more,
         element_type=element_type,  # type: ignore[arg-type]  # checked by _check_fields
         field=field,  # type: ignore[arg-type]  # checked by _check_fields
         order=order,  # type: ignore[arg-type]  # checked above

@@ -20,7 +20,9 @@ from pydantic import TypeAdapter
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.coordinates import coordinates, rounded
 from queries.models import ScadaDevice, ScadaReading
+from queries.paging import paged
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
@@ -53,10 +55,11 @@ _DEVICE_FIELDS = (
     "native_unit",
     "element_type",
     "element_id",
-    "location",
     "sample_interval_s",
     "accuracy",
 )
+#: The device's location as longitude/latitude computed in SQL (no GEOS object per row).
+_DEVICE_COORDINATES = coordinates("location")
 _DEVICE_UNITS = {"longitude": "degree", "latitude": "degree", "sample_interval_s": "s"}
 _GAP_REASONS = {
     "gap": "no reading received",
@@ -91,7 +94,6 @@ def check_targets(ids: Sequence[str], what: str) -> list[str]:
 
 
 def _device(row: dict[str, Any]) -> ScadaDeviceData:
-    point = row["location"]
     return ScadaDeviceData(
         device_id=row["device_id"],
         name=row["name"],
@@ -100,8 +102,8 @@ def _device(row: dict[str, Any]) -> ScadaDeviceData:
         native_unit=row["native_unit"] or row["unit"],
         element_type=row["element_type"],
         element_id=row["element_id"],
-        longitude=None if point is None else round(point.x, 7),
-        latitude=None if point is None else round(point.y, 7),
+        longitude=rounded(row["longitude"]),
+        latitude=rounded(row["latitude"]),
         sample_interval_s=row["sample_interval_s"],
         accuracy=row["accuracy"],
     )
@@ -112,12 +114,10 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
     """One page of the project's SCADA devices, ordered by device id, with the total (two queries:
     the count and the page, both in SQL)."""
     base = ScadaDevice.objects.filter(project_id=scope.project_id)
-    total = yield count_of(base)
-    rows = yield base.order_by("device_id").values(*_DEVICE_FIELDS)[page.offset : page.offset + page.limit]
+    ordered = base.order_by("device_id").values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)
+    total, rows, has_more = yield from paged(base, ordered, page)
     items = [_device(row) for row in rows]
-    data = ScadaDevicePage(
-        items=items, total=total, limit=page.limit, offset=page.offset, has_more=page.offset + len(items) < total
-    )
+    data = ScadaDevicePage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ScadaDeviceListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/scada-devices",
@@ -132,9 +132,8 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
 @service
 def get_scada_device(*, scope: QueryScope, device_id: str) -> Plan[ScadaDeviceResult]:
     """One SCADA device of the caller's project (one query)."""
-    rows = yield ScadaDevice.objects.filter(project_id=scope.project_id, device_id=device_id).values(*_DEVICE_FIELDS)[
-        :1
-    ]
+    lookup = ScadaDevice.objects.filter(project_id=scope.project_id, device_id=device_id)
+    rows = yield lookup.values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)[:1]
     if not rows:
         raise NotFound("No SCADA device with that id in this project.")
     device = _device(rows[0])

@@ -45,7 +45,7 @@ from queries.models import ELEMENT_MODELS
 from queries.plan import Plan, count_of, service
 from queries.schemas.common import PageRequest
 from queries.schemas.spatial import NearbyElement, NearbyElementsResult, NearbyPage
-from queries.services.network import _check_type, _db_fields, _properties, _units
+from queries.services.network import _check_type, _db_values, _properties, _units
 
 SOURCE = "model_network"
 DEFAULT_ELEMENT_TYPE = "pipe"
@@ -102,10 +102,11 @@ def query_nearby_elements(
         project_id=scope.project_id,
     )
     distance = Func(F("geog"), geog, spheroid, function="ST_Distance", output_field=FloatField())
+    fields, coordinates = _db_values(element_type)
     rows = yield (
         within.annotate(distance_m=distance, total_within=Window(Count("*")))
         .order_by("distance_m", "element_id")
-        .values(*_db_fields(element_type), "distance_m", "total_within")[page.offset : page.offset + page.limit]
+        .values(*fields, "distance_m", "total_within", **coordinates)[page.offset : page.offset + page.limit]
     )
     if rows:
         total = int(rows[0]["total_within"])

@@ -11,7 +11,8 @@ from mcp.shared.exceptions import MCPError
 
 from contexts.scope import QueryScope
 from mcp_app.catalog import Catalog, build_catalog
-from mcp_app.dispatch import caller_may_use, fit_inline, validate_arguments
+from mcp_app.dispatch import caller_may_use, validate_arguments
+from mcp_app.inline import fit_inline
 from queries.registry import ToolSpec, all_tools, input_object
 from queries.schemas.network import ElementPropertiesResult
 
@@ -86,6 +87,29 @@ def test_large_page_is_cut_with_continuation() -> None:
     assert result["truncated"] is True and result["data"]["has_more"] is True and result["page"]["has_more"] is True
     assert result["continue_with"] == {"element_type": "pipe", "limit": kept, "offset": 40 + kept}
     assert "secret-handle" not in json.dumps(result)
+
+
+def test_the_cut_keeps_the_most_items_that_fit() -> None:
+    """Items of uneven sizes (multi-byte text, numbers): the page keeps the longest prefix whose compact
+    JSON, with 200 bytes of room for the continuation fields, fits — no more, no fewer."""
+    import pydantic_core
+
+    def item(i: int) -> dict[str, Any]:
+        return {"element_id": f"管线-{i}", "blob": "水" * (i * 37 % 211), "value": i / 7, "flag": i % 3 == 0}
+
+    def size(result: dict[str, Any], k: int) -> int:
+        probe = json.loads(json.dumps(result))
+        probe["data"]["items"] = probe["data"]["items"][:k]
+        return len(pydantic_core.to_json(probe))
+
+    result = page_result(0)
+    result["data"]["items"] = [item(i) for i in range(120)]
+    for limit in (3000, 6000, 12000):
+        cut = fit_inline(json.loads(json.dumps(result)), {"limit": 120}, limit)
+        kept = len(cut["data"]["items"])
+        assert cut["data"]["items"] == [item(i) for i in range(kept)]
+        assert 0 < kept < 120
+        assert size(result, kept) + 200 <= limit < size(result, kept + 1) + 200
 
 
 def test_uncuttable_large_result_is_limit_exceeded() -> None:

@@ -131,6 +131,33 @@ def test_cached_shapes_rebind_values_not_sql() -> None:
     assert "IS NULL" in null.sql and null.params == (2, 5)
 
 
+def test_plain_function_annotations_share_a_shape_and_value_ones_do_not() -> None:
+    """``ST_X(geom)``/``ST_Y(geom)`` (``queries.coordinates``) have no values of their own: a page that
+    reads them is one cached shape, re-bound per call. An annotation carrying a value is compiled on every
+    call, and a different function is a different shape."""
+    from django.db.models import F, FloatField, Func, Value
+
+    from queries.coordinates import coordinates
+    from queries.models import ELEMENT_MODELS
+
+    junction = ELEMENT_MODELS["junction"]
+    compiler = StatementCompiler()
+    page = junction.objects.order_by("element_id").values("element_id", **coordinates())
+    first = compiler.compile(page.filter(project_id=1)[:5])
+    second = compiler.compile(page.filter(project_id=2)[:8])
+    assert compiler.hits == 1 and second.sql == first.sql
+    assert 'ST_X("queries_junction"."geom")' in first.sql and 'ST_Y("queries_junction"."geom")' in first.sql
+    assert first.params == (1, 5) and second.params == (2, 8)
+    other = {"longitude": Func(F("geom"), function="ST_Z", output_field=FloatField())}
+    z = compiler.compile(junction.objects.filter(project_id=3).values("element_id", **other)[:5])
+    assert "ST_Z(" in z.sql and compiler.hits == 1
+    valued = {"x": Func(F("geom"), Value(3), function="ST_Buffer", output_field=FloatField())}
+    for project_id in (4, 5):
+        compiled = compiler.compile(junction.objects.filter(project_id=project_id).values("element_id", **valued)[:5])
+        assert compiled.params == (3, project_id, 5)
+    assert compiler.hits == 1
+
+
 def test_template_refuses_a_factory_whose_sql_depends_on_its_arguments() -> None:
     from queries.models import ELEMENT_MODELS
 

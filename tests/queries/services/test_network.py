@@ -58,6 +58,39 @@ def test_list_elements_pages_in_sql(net1: QueryScope, django_assert_num_queries)
     assert (result.data.total, result.data.has_more, result.page.has_more) == (9, True, True)
 
 
+def test_a_collection_above_the_exact_count_threshold_has_no_total(
+    net1: QueryScope,
+    settings,  # noqa: ANN001
+    django_assert_num_queries,  # noqa: ANN001
+) -> None:
+    """R-PAGE-1 / issue 25: Net1's 9 junctions with the threshold lowered to 5 — the total is null (never
+    an estimate), ``has_more`` stays exact (one extra row read), still two queries; at the threshold
+    the total is exact again."""
+    settings.TJWATER_EXACT_TOTAL_MAX = 5
+    pages = []
+    with django_assert_num_queries(2) as queries:  # the capped count + one page (one row longer)
+        pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4)))
+    count_sql = queries.captured_queries[0]["sql"]
+    # The count reads at most threshold + 1 rows, along the page's order (its index path, not a seq scan).
+    assert "COUNT(*)" in count_sql and "LIMIT 6" in count_sql
+    assert 'ORDER BY "queries_junction"."element_id" ASC' in count_sql
+    pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4, offset=4)))
+    pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4, offset=8)))
+    pages.append(network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=5, offset=4)))
+    assert [(p.data.total, p.page.total if p.page else "-") for p in pages] == [(None, None)] * 4
+    assert [len(p.data.items) for p in pages] == [4, 4, 1, 5]
+    assert [p.data.has_more for p in pages] == [True, True, False, False]
+    assert [p.page.has_more for p in pages if p.page] == [True, True, False, False]
+    ids = [i.element_id for p in pages[:3] for i in p.data.items]
+    assert len(ids) == len(set(ids)) == 9  # the pages still walk the whole collection, once
+
+    settings.TJWATER_EXACT_TOTAL_MAX = 9
+    exact = network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4))
+    assert (exact.data.total, exact.data.has_more, len(exact.data.items)) == (9, True, 4)
+    settings.TJWATER_EXACT_TOTAL_MAX = 8
+    assert network.list_elements(scope=net1, element_type="junction", page=PageRequest(limit=4)).data.total is None
+
+
 def test_page_bounds() -> None:
     with pytest.raises(LimitExceeded):
         PageRequest(limit=501)

@@ -1,0 +1,70 @@
+"""One page of a collection, cut in SQL, with a total that stays cheap at any size (R-PAGE-1, issue 25).
+
+Every collection tool that pages a queryset takes its total and its page from here (``paged``), as plan
+fragments (``total, items, has_more = yield from paged(…)``), so they all behave the same:
+
+- the total is counted with a cap: ``SELECT COUNT(*) FROM (… LIMIT cap + 1)``, which reads at most
+  ``cap + 1`` rows. Up to ``TJWATER_EXACT_TOTAL_MAX`` rows it is the exact ``total``; above it ``total`` is
+  ``null`` — R-PAGE-1's "no stable total" — never an estimate. An exact ``COUNT(*)`` of a very large
+  collection reads all of it on every page (most of a ``list_elements`` page on the scale network), for a
+  number no client can page through anyway (offsets stop at ``MAX_OFFSET``);
+- ``has_more`` is always exact: from the total when there is one, else by reading one row more than the
+  page (that row is not returned).
+
+How the threshold was chosen (a measurement) is in ``mcp_app/README.md`` ("Measuring"); the page's
+output schema says when ``total`` is null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from queries.plan import Statement, count_of
+from queries.schemas.common import PageRequest
+
+#: Above this many rows a collection's ``total`` is null (``TJWATER_EXACT_TOTAL_MAX``; measured, see the
+#: README). The default when the setting is absent.
+EXACT_TOTAL_MAX = 10_000
+
+
+def exact_total_max() -> int:
+    return int(getattr(settings, "TJWATER_EXACT_TOTAL_MAX", EXACT_TOTAL_MAX))
+
+
+def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Generator[Statement, Any, int | None]:
+    """The number of rows of ``counted`` when at most ``exact_total_max()``, else None (one statement
+    that reads at most that many rows plus one).
+
+    The rows are read in ``ordering`` — the page's own order (``paged``) — so the count takes the page's
+    index path and stops after ``cap + 1`` rows of it. Without an order the LIMIT makes a sequential scan
+    look cheapest, and a collection much smaller than its table is then read whole (the demo's junctions
+    among the scale network's: measured in ``mcp_app/README.md``, "Measuring")."""
+    cap = exact_total_max()
+    n = yield count_of(counted.order_by(*ordering).values("pk")[: cap + 1])
+    return int(n) if n <= cap else None
+
+
+def page_rows(
+    rows: QuerySet[Any], page: PageRequest, total: int | None
+) -> Generator[Statement, Any, tuple[list[Any], bool]]:
+    """The page of ``rows`` (ordered, ``.values()``) and an exact ``has_more``: from ``total`` when known,
+    else from one row read beyond the page."""
+    extra = 0 if total is not None else 1
+    fetched = yield rows[page.offset : page.offset + page.limit + extra]
+    items = list(fetched[: page.limit])
+    has_more = page.offset + len(items) < total if total is not None else len(fetched) > page.limit
+    return items, has_more
+
+
+def paged(
+    counted: QuerySet[Any], rows: QuerySet[Any], page: PageRequest
+) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
+    """``(total, items, has_more)`` of one page: the capped total of ``counted`` (read in the order of
+    ``rows``), then the page of ``rows`` (two statements)."""
+    total = yield from capped_total(counted, rows.query.order_by)
+    items, has_more = yield from page_rows(rows, page, total)
+    return total, items, has_more

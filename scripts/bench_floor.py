@@ -1,0 +1,199 @@
+"""The floor of a ``make bench`` scenario (issue 25): what its answer costs with nothing but psycopg.
+
+A scenario's floor is its tool's SQL executed with psycopg alone plus serialising the same JSON with the
+fastest serialiser at hand. "Its tool's SQL" is taken from the tool itself, never written again here:
+``capture`` runs the tool's plan once through the very driver ``/mcp`` uses (``mcp_app.executor``:
+``run_plan`` and ``StatementCompiler``) with a compiler that records each compiled statement, and shapes
+the answer as the dispatcher does (``fit_inline``: the inline cap of R-PAGE-5). ``measure`` then runs
+exactly those statements (SQL and parameters) on one sync psycopg connection — prepared as the server's
+connections prepare them — and serialises the captured answer, ``runs`` times; the floor is the median
+of (statements + serialisation). No HTTP, no authentication, no context, no limiter, no Pydantic.
+
+Runs in the bench process (``scripts/bench.py``) against the bench database, with Django set up only
+to build the plan (the ORM compiles, it never executes here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pydantic_core
+
+#: Serialisers the floor may use; the fastest for each answer is taken (``orjson`` is not installed in
+#: this project: ``json`` and the Rust ``pydantic_core.to_json`` — the one the server itself uses).
+SERIALISERS: dict[str, Callable[[Any], Any]] = {"json": json.dumps, "pydantic_core": pydantic_core.to_json}
+
+
+@dataclass
+class Captured:
+    """The statements one call of a tool ran (in order) and the answer it gave (the wire dict)."""
+
+    statements: list[tuple[str, tuple[Any, ...]]]
+    structured: dict[str, Any]
+
+
+@dataclass
+class Floor:
+    p50_ms: float
+    sql_ms: float  # median of the statements alone
+    json_ms: float  # median of the serialisation alone
+    serialiser: str
+    statements: int
+    runs: int
+
+
+class _Recorder:
+    """A ``StatementCompiler`` stand-in for ``run_plan``: compiles with the real one, keeps what it ran."""
+
+    def __init__(self, compiler: Any) -> None:
+        self.compiler = compiler
+        self.compiled: list[Any] = []
+
+    def compile(self, statement: Any) -> Any:
+        compiled = self.compiler.compile(statement)
+        self.compiled.append(compiled)
+        return compiled
+
+
+def scope_for(
+    project: str, subject: str, *, issuer: str | None = None, purpose: str = "ordinary_chat", **binding: Any
+) -> Any:
+    """The ``QueryScope`` a call of ``subject`` (of ``issuer``, when the database knows several) in
+    ``project`` resolves to (its membership's permissions, the project's units; every tool allowed — the
+    floor does not check access)."""
+    from contexts.models import Membership
+    from contexts.scope import QueryScope
+    from queries.registry import all_tools
+
+    memberships = Membership.objects.select_related("principal", "project")
+    if issuer is not None:
+        memberships = memberships.filter(principal__issuer=issuer)
+    membership = memberships.get(project__slug=project, principal__subject=subject)
+    p = membership.project
+    return QueryScope(
+        principal_id=membership.principal_id,
+        issuer=membership.principal.issuer,
+        subject=subject,
+        client_id="bench-floor",
+        project_id=p.id,
+        project_slug=p.slug,
+        permissions=frozenset(membership.permissions),
+        purpose=purpose,
+        allowed_tools=frozenset(t.name for t in all_tools()),
+        unit_system=p.unit_system,
+        quality_type=p.quality_type,
+        headloss_formula=p.headloss_formula,
+        **binding,
+    )
+
+
+def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
+    """Run ``tool`` once through the MCP driver; the statements it sent and its inline answer."""
+    from django.conf import settings
+    from jsonschema import Draft202012Validator
+    from referencing import Registry
+
+    from mcp_app.executor import Execution, run_plan
+    from mcp_app.inline import fit_inline
+    from mcp_app.pool import QueryDatabase
+    from queries.registry import all_tools
+
+    spec = {t.name: t for t in all_tools()}[tool]
+
+    async def run() -> tuple[Any, list[Any]]:
+        db = QueryDatabase(size=1, budget_s=60, checkout_timeout_s=10, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        conn = await db.checkout()
+        recorder = _Recorder(db.compiler)
+        try:
+            result = await run_plan(spec.invoke(scope, dict(arguments)), Execution(conn), recorder)
+        finally:
+            await db.give_back(conn)
+            await db.close()
+        return result, recorder.compiled
+
+    result, compiled = asyncio.run(run())
+    validator = Draft202012Validator(spec.input_schema, registry=Registry())
+    structured = fit_inline(
+        result.model_dump(mode="json"),
+        arguments,
+        settings.TJWATER_MCP_INLINE_MAX_BYTES,
+        validator,
+        item_parts=spec.item_parts,
+        series_start=spec.series_start,
+        page_holder=spec.page_holder,
+    )
+    # A statement that cannot match (an empty IN list) sends no SQL: nothing to replay.
+    statements = [(c.sql, tuple(c.params)) for c in compiled if c.shape is not None]
+    return Captured(statements, structured)
+
+
+def connect() -> psycopg.Connection[Any]:
+    """A psycopg connection like the server's query connections: Django's parameters and loaders, PostGIS
+    as text, read-only, and the server's ``prepare_threshold`` (so its statements are prepared, and
+    planned, as the server's are)."""
+    from psycopg.types import TypeInfo
+
+    from mcp_app.pool import POSTGIS_TYPES, _connection_kwargs, register_postgis_types
+
+    conn = psycopg.connect(**_connection_kwargs(60_000, 5))
+    register_postgis_types(conn, [TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES])
+    return conn
+
+
+def fastest_serialiser(structured: dict[str, Any], rounds: int = 20) -> tuple[str, Callable[[Any], Any]]:
+    """The serialiser that writes this answer fastest (best of ``rounds`` each)."""
+    best: tuple[float, str] | None = None
+    for name, dump in SERIALISERS.items():
+        timings = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            dump(structured)
+            timings.append(time.perf_counter() - started)
+        if best is None or min(timings) < best[0]:
+            best = (min(timings), name)
+    assert best is not None
+    return best[1], SERIALISERS[best[1]]
+
+
+def measure(
+    captured: Captured, conn: psycopg.Connection[Any], runs: int, warmup: int = 5, max_s: float = 15.0
+) -> Floor:
+    """Median cost of running the captured statements and serialising the captured answer, ``runs`` times
+    (fewer, but at least 5, when they take longer than ``max_s`` together)."""
+    name, dump = fastest_serialiser(captured.structured)
+    totals: list[float] = []
+    sqls: list[float] = []
+    jsons: list[float] = []
+    deadline = time.monotonic() + max_s
+    for i in range(warmup + runs):
+        if len(totals) >= 5 and time.monotonic() > deadline:
+            break
+        started = time.perf_counter()
+        with conn.cursor() as cursor:
+            for sql, params in captured.statements:
+                cursor.execute(sql, params)
+                if cursor.pgresult is not None and cursor.description is not None:
+                    cursor.fetchall()
+        queried = time.perf_counter()
+        dump(captured.structured)
+        done = time.perf_counter()
+        if i >= warmup:
+            totals.append(done - started)
+            sqls.append(queried - started)
+            jsons.append(done - queried)
+    return Floor(
+        p50_ms=statistics.median(totals) * 1000,
+        sql_ms=statistics.median(sqls) * 1000,
+        json_ms=statistics.median(jsons) * 1000,
+        serialiser=name,
+        statements=len(captured.statements),
+        runs=len(totals),
+    )

@@ -1,0 +1,47 @@
+"""The bench's floor machinery (``scripts/bench_floor.py``) captures the statements a tool really runs and
+times exactly those — so a scenario's floor cannot silently measure nothing. No speed is asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from queries.models import Junction
+from scripts import bench_floor
+
+pytestmark = pytest.mark.django_db
+
+DEMO = "tianjin-demo"
+
+
+def test_list_elements_floor_replays_its_count_and_page(demo_loaded: None) -> None:
+    scope = bench_floor.scope_for(DEMO, "alice")
+    captured = bench_floor.capture("list_elements", scope, {"element_type": "junction", "limit": 7, "offset": 3})
+
+    assert len(captured.statements) == 2  # the total and the page, as the service's pinned query count
+    (count_sql, count_params), (page_sql, page_params) = captured.statements
+    assert "COUNT(" in count_sql.upper() and '"queries_junction"' in count_sql
+    assert scope.project_id in count_params
+    assert '"queries_junction"' in page_sql and "ORDER BY" in page_sql.upper()
+    assert scope.project_id in page_params and 7 in page_params and 3 in page_params
+    data = captured.structured["data"]
+    first = (
+        Junction.objects.filter(project_id=scope.project_id)
+        .order_by("element_id")
+        .values_list("element_id", flat=True)[3]
+    )
+    assert [item["element_id"] for item in data["items"]][0] == first
+    assert len(data["items"]) == 7
+
+    with bench_floor.connect() as conn:
+        floor = bench_floor.measure(captured, conn, runs=3, warmup=1)
+    assert floor.statements == 2
+    assert floor.p50_ms > 0 and floor.sql_ms > 0 and floor.json_ms > 0
+    assert floor.serialiser in bench_floor.SERIALISERS
+
+
+def test_a_refused_call_is_not_a_floor(demo_loaded: None) -> None:
+    from contexts.errors import NotFound
+
+    scope = bench_floor.scope_for(DEMO, "alice")
+    with pytest.raises(NotFound):
+        bench_floor.capture("get_element_properties", scope, {"element_type": "pipe", "element_id": "no-such-pipe"})
