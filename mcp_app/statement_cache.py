@@ -6,12 +6,12 @@ the *structure* of the WHERE tree with its values taken out (``mcp_app.shape_key
 time it is seen, then only its values are re-bound (``_Shape``). A shape is cached only after a second
 compile with unique sentinel values proved that every parameter of the SQL is one of the filter values (so
 nothing the key does not describe can vary); anything the walker does not understand (expressions,
-subqueries, GIS lookups, annotations other than plain SQL functions of columns such as ``ST_X(geom)``…) is compiled on every call,
-which is always correct. LIMIT/OFFSET,
-which Django inlines as literals, are bound as parameters instead, so every page of a collection shares one
-shape and one prepared plan. Rows come out identical to ``run_sync``'s: the compiler's row converters are
-applied (geometries, JSON, …). ``Template``: a factory's fixed statement (the context resolution,
-``get_element_properties``), proved once against sentinel examples, then only bound.
+subqueries, GIS lookups, annotations other than plain SQL functions of columns such as ``ST_X(geom)``…) is
+compiled on every call, which is always correct. LIMIT/OFFSET, which Django inlines as literals, are bound
+as parameters instead, so every page of a collection shares one shape and one prepared plan. Rows come out
+identical to ``run_sync``'s: the compiler's row converters are applied (geometries, JSON, …). ``Template``:
+a factory's fixed statement (the context resolution, ``get_element_properties``), proved once against
+sentinel examples, then only bound.
 """
 
 from __future__ import annotations
