@@ -90,17 +90,12 @@ def test_large_page_is_cut_with_continuation() -> None:
 
 
 def test_the_cut_keeps_the_most_items_that_fit() -> None:
-    """Items of uneven sizes (multi-byte text, numbers): the page keeps the longest prefix whose compact
-    JSON, with 200 bytes of room for the continuation fields, fits — no more, no fewer."""
+    """Items of uneven sizes (multi-byte text, numbers): the page keeps the longest prefix with which the
+    whole reply, its continuation included, fits — no more, no fewer (``mcp_app.inline.cut_prefix``)."""
     import pydantic_core
 
     def item(i: int) -> dict[str, Any]:
         return {"element_id": f"管线-{i}", "blob": "水" * (i * 37 % 211), "value": i / 7, "flag": i % 3 == 0}
-
-    def size(result: dict[str, Any], k: int) -> int:
-        probe = json.loads(json.dumps(result))
-        probe["data"]["items"] = probe["data"]["items"][:k]
-        return len(pydantic_core.to_json(probe))
 
     result = page_result(0)
     result["data"]["items"] = [item(i) for i in range(120)]
@@ -109,7 +104,13 @@ def test_the_cut_keeps_the_most_items_that_fit() -> None:
         kept = len(cut["data"]["items"])
         assert cut["data"]["items"] == [item(i) for i in range(kept)]
         assert 0 < kept < 120
-        assert size(result, kept) + 200 <= limit < size(result, kept + 1) + 200
+        assert cut["continue_with"] == {"limit": kept, "offset": 40 + kept}
+        assert len(pydantic_core.to_json(cut)) <= limit
+        # The same reply with one item more (and its continuation) would not fit.
+        more = json.loads(json.dumps(cut))
+        more["data"]["items"] = [item(i) for i in range(kept + 1)]
+        more["continue_with"] = {"limit": kept + 1, "offset": 40 + kept + 1}
+        assert len(pydantic_core.to_json(more)) > limit
 
 
 def test_uncuttable_large_result_is_limit_exceeded() -> None:
