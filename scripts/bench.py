@@ -380,19 +380,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(issuer: str, port: int, log: Path) -> subprocess.Popen[bytes]:
+def start_server(issuer: str, port: int, log: Path, *, workers: int = 0) -> subprocess.Popen[bytes]:
+    """The service with production settings on ``port``, healthy: one process pinned to CPU 0 (``workers``
+    0), or ``uvicorn --workers N`` unpinned, waited for until every worker has started."""
     env = {**os.environ, **base_env(issuer, port), "DJANGO_SETTINGS_MODULE": "scripts.bench_settings"}
+    argv = [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+            "--lifespan", "on", "--no-access-log"]  # fmt: skip
+    argv = ["taskset", "-c", "0", *argv] if not workers else [*argv, "--workers", str(workers)]
     process = subprocess.Popen(
-        ["taskset", "-c", "0", sys.executable, "-m", "uvicorn", "tjwater.asgi:application",
-         "--host", "127.0.0.1", "--port", str(port), "--lifespan", "on", "--no-access-log"],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    deadline = time.monotonic() + 60
+        argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=bool(workers)
+    )
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the server exited:\n{log.read_text()[-4000:]}")
+        started = log.read_text(errors="replace").count("Application startup complete") >= max(1, workers)
         try:
-            if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+            if started and httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
                 return process
         except httpx2.TransportError:
             pass

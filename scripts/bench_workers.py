@@ -22,7 +22,6 @@ import json
 import os
 import platform
 import secrets
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -43,40 +42,19 @@ from scripts.bench import (  # noqa: E402
     OUT,
     REDIS_URL,
     USERS,
-    base_env,
     drive,
     ensure_database,
     free_port,
     grant,
     percentile,
     start_provider,
+    start_server,
 )
 
 #: PostgreSQL 15 backends flush their statistics when idle, and defer a flush that comes less than a second
 #: after the last one by up to 10 s (``PGSTAT_IDLE_INTERVAL``): read the counters after that.
 STATS_SETTLE_S = 11
 TOOL, ARGS = "get_element_properties", {"element_type": "pipe", "element_id": "LINK-0"}
-
-
-def start_workers(issuer: str, port: int, workers: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **base_env(issuer, port), "DJANGO_SETTINGS_MODULE": "scripts.bench_settings"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "on", "--no-access-log", "--workers", str(workers)],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited:\n{log.read_text()[-4000:]}")
-        if log.read_text(errors="replace").count("Application startup complete") >= workers:
-            try:
-                if httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                    return process
-            except httpx2.TransportError:
-                pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the server did not become healthy:\n{log.read_text()[-4000:]}")
 
 
 def worker_pids(parent: int) -> list[int]:
@@ -169,7 +147,7 @@ def main() -> int:
             token = provider.exchange(
                 provider.user_token("alice", resource=resource), resource=resource, scope="mcp.query mcp.context.bind"
             )
-            server = start_workers(provider.issuer, port, workers, OUT / f"server-workers-{workers}.log")
+            server = start_server(provider.issuer, port, OUT / f"server-workers-{workers}.log", workers=workers)
             try:
                 created = httpx2.post(
                     f"http://127.0.0.1:{port}/api/v1/mcp-query-contexts",
