@@ -12,8 +12,7 @@ A family registered ``test_only`` (e.g. the pg_sleep tool that proves cancellati
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -75,16 +74,6 @@ class ToolRegistry:
     def task_scoped(self) -> frozenset[str]:
         """Tools that only read the bound task."""
         return frozenset(tool.name for tool in self.tools() if tool.task_scope == "bound_task")
-
-    @contextmanager
-    def temporary(self, *, app: str, family: str, tools: Iterable[DeclaredTool]) -> Iterator[None]:
-        """Register a family for the duration of a block (tests)."""
-        before = list(self._families)
-        self.register(app=app, family=family, tools=tools)
-        try:
-            yield
-        finally:
-            self._families = before
 
 
 #: The process's registry.
