@@ -165,7 +165,7 @@ class ContextCreateApi(ContextApiView):
 
     permission_classes = [HasBindScope]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(serializers.Serializer[Any]):
         project = serializers.CharField(max_length=64, required=False, allow_null=True, allow_blank=True)
         session_id = serializers.CharField(max_length=255)
         purpose = serializers.ChoiceField(choices=ContextPurpose.choices)
@@ -182,7 +182,7 @@ class ContextCreateApi(ContextApiView):
                 raise serializers.ValidationError({field: ["Unknown field."] for field in unknown})
             return attrs
 
-    class OutputSerializer(serializers.Serializer):
+    class OutputSerializer(serializers.Serializer[Any]):
         context_handle = serializers.CharField(source="handle")
         expires_at = serializers.DateTimeField()
         purpose = serializers.CharField()

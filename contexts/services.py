@@ -331,7 +331,7 @@ def _bind_task(
     belongs to its runs' owner (``contexts.access.owns_run``): a principal that owns no run of the task
     gets the same ``NotFound`` as for a task that does not exist, before any other check can tell the
     two apart; a named run it does not own is "not found" too."""
-    task = Task.objects.filter(pk=task_id, project_id=project_id).first()
+    task = Task.objects.filter(pk=task_id, project_id=project_id).first() if task_id is not None else None
     owned = (
         TaskRun.objects.filter(task=task, owner_id=principal_id).values_list("pk", flat=True)
         if task is not None
@@ -383,12 +383,15 @@ def require_run_current(*, context_id: int, now: datetime | None = None, lock: b
         f"FROM {context_table} c JOIN {run_table} r ON r.id = c.run_id WHERE c.id = %s"
     ) + (" FOR SHARE OF r" if lock else "")
     run = next(iter(TaskRun.objects.raw(sql, [context_id])), None)
-    if run is None or run.binding_purpose not in TASK_PURPOSES or run.task_id != run.binding_task_id:
+    binding = vars(run) if run is not None else {}  # the binding's columns the raw query adds to the run
+    if run is None or binding["binding_purpose"] not in TASK_PURPOSES or run.task_id != binding["binding_task_id"]:
         raise RunNotCurrent()
     if run.superseded_at is not None:
         raise RunSuperseded()
     lease_session = (
-        run.binding_session if run.binding_purpose == ContextPurpose.TASK_EXECUTION else run.binding_parent_session
+        binding["binding_session"]
+        if binding["binding_purpose"] == ContextPurpose.TASK_EXECUTION
+        else binding["binding_parent_session"]
     )
     if not _lease_held(run, lease_session, now or timezone.now()):
         raise RunNotCurrent()

@@ -86,7 +86,7 @@ def evidence_uri(evidence_id: object) -> str:
     return f"{EVIDENCE_URI_PREFIX}{evidence_id}"
 
 
-def canonical_json(value: object) -> bytes:
+def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JCS) canonical form. A value outside the I-JSON domain (an integer beyond 2^53, NaN)
     cannot be canonicalized: for parameters that is the caller's error."""
     try:
@@ -118,6 +118,10 @@ class EvidenceCall:
     """One task-purpose call on its way through the steps."""
 
     scope: QueryScope
+    # The scope's binding, present for a task-purpose call (checked in ``prepare``).
+    context_id: int
+    task_id: int
+    run_id: int
     tool: str
     source: str
     params: dict[str, Any]
@@ -155,6 +159,9 @@ def prepare(
     params = canonical_params(arguments)
     return EvidenceCall(
         scope=scope,
+        context_id=scope.context_id,
+        task_id=scope.task_id,
+        run_id=scope.run_id,
         tool=tool.name,
         source=tool.source,
         params=params,
@@ -208,7 +215,7 @@ def claim(call: EvidenceCall) -> Claim:
     """Step 2 (autocommit, a few milliseconds): check the run, then take the receipt or find out who has
     it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
     scope = call.scope
-    require_run_current(context_id=scope.context_id)  # type: ignore[arg-type]  # checked in prepare
+    require_run_current(context_id=call.context_id)
     with connection.cursor() as cursor:
         cursor.execute(
             _CLAIM_SQL,
@@ -216,8 +223,8 @@ def claim(call: EvidenceCall) -> Claim:
                 scope.principal_id,
                 scope.project_id,
                 scope.session_id,
-                scope.task_id,
-                scope.run_id,
+                call.task_id,
+                call.run_id,
                 call.request_key,
                 call.tool,
                 call.params_hash,
@@ -232,8 +239,8 @@ def claim(call: EvidenceCall) -> Claim:
             principal_id=scope.principal_id,
             project_id=scope.project_id,
             session_id=scope.session_id,
-            task_id=scope.task_id,
-            run_id=scope.run_id,
+            task_id=call.task_id,
+            run_id=call.run_id,
             request_key=call.request_key,
         )
         .values("id", "tool", "params_hash", "state", "snapshot_id")
@@ -292,15 +299,15 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
     scope = call.scope
     try:
         with transaction.atomic():
-            require_run_current(context_id=scope.context_id, lock=True)  # type: ignore[arg-type]
+            require_run_current(context_id=call.context_id, lock=True)
             with connection.cursor() as cursor:
                 cursor.execute(
                     _SAVE_SQL,
                     [
                         snapshot_id,
                         scope.project_id,
-                        scope.task_id,
-                        scope.run_id,
+                        call.task_id,
+                        call.run_id,
                         scope.principal_id,
                         call.required_permissions,
                         call.tool,
@@ -331,7 +338,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
             "evidence not saved tool=%s project=%s run=%s error_class=%s",
             call.tool,
             scope.project_id,
-            scope.run_id,
+            call.run_id,
             type(exc).__name__,
         )
         _release_quietly(call)
@@ -342,8 +349,8 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
         snapshot_id,
         call.tool,
         scope.project_id,
-        scope.task_id,
-        scope.run_id,
+        call.task_id,
+        call.run_id,
         len(body),
     )
     return _with_evidence_id(data, snapshot_id)
@@ -363,7 +370,8 @@ def _release_quietly(call: EvidenceCall) -> None:
 
 
 def _wait_budget_s() -> float:
-    return settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S
+    budget_s: float = settings.TJWATER_MCP_QUERY_BUDGET_S
+    return budget_s + STALE_GRACE_S
 
 
 # --- sync ------------------------------------------------------------------------------------------
@@ -470,17 +478,21 @@ async def run_with_evidence(
                 await _in_thread(abandon, call)
         raise
     with anyio.CancelScope(shield=True):
-        return await _in_thread(complete, call, structured)
+        saved = await _in_thread(complete, call, structured)
+    return saved
 
 
 def heartbeat_interval_s() -> float:
     """How often a running call touches its pending receipt: three beats per stale window, so a live
     call's receipt is never old enough to be taken over however long its plan (several statements,
     slot waits) runs."""
-    return max(0.2, (settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S) / 3)
+    budget_s: float = settings.TJWATER_MCP_QUERY_BUDGET_S
+    return max(0.2, (budget_s + STALE_GRACE_S) / 3)
 
 
 def _beat(call: EvidenceCall) -> None:
+    if call.receipt_id is None:  # not claimed: nothing to keep fresh
+        return
     QueryReceipt.objects.filter(pk=call.receipt_id, attempt=call.attempt, state=QueryReceipt.State.PENDING).update(
         updated_at=timezone.now()
     )

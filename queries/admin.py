@@ -9,6 +9,7 @@ does not COUNT(*) tens of millions of rows on an unfiltered list page.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -24,7 +25,7 @@ from queries.admin_chart import device_chart_svg
 from queries.services.baseline_jobs import NotCancellable, baseline_job_cancel
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator[Any]):
     """Unfiltered pages use the planner's row estimate (``pg_class.reltuples``) instead of COUNT(*)."""
 
     @cached_property
