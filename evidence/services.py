@@ -479,7 +479,7 @@ async def run_with_evidence(
         raise
     with anyio.CancelScope(shield=True):
         saved = await _in_thread(complete, call, structured)
-    return saved
+    return saved  # noqa: RET504 - after the block: CancelScope.__exit__ may swallow, as mypy knows
 
 
 def heartbeat_interval_s() -> float:

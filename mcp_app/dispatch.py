@@ -238,14 +238,14 @@ class Dispatcher:
             return application_error_result(exc)
         except asyncio.CancelledError:
             outcome = "cancelled"
-            scope = call.scope
+            bound = call.scope
             audit.info(
                 "mcp call cancelled backend_cancel_sent=%s principal=%s project=%s task=%s run=%s tool=%s",
                 bool(call.execution and call.execution.cancel_sent),
-                scope.principal_id if scope else "-",
-                scope.project_id if scope else "-",
-                _task_id(scope),
-                _run_id(scope),
+                bound.principal_id if bound else "-",
+                bound.project_id if bound else "-",
+                _task_id(bound),
+                _run_id(bound),
                 name,
             )
             raise
@@ -258,13 +258,13 @@ class Dispatcher:
             if early is not None:
                 await self._discard_slot(early)  # a path that neither used nor gave it back (no-op otherwise)
             await lease.release()
-            scope = call.scope
+            bound = call.scope
             logger.info(
                 "mcp call principal=%s project=%s task=%s run=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
-                scope.principal_id if scope else "-",
-                scope.project_slug if scope else "-",
-                _task_id(scope),
-                _run_id(scope),
+                bound.principal_id if bound else "-",
+                bound.project_slug if bound else "-",
+                _task_id(bound),
+                _run_id(bound),
                 name,
                 (time.monotonic() - started) * 1000,
                 rows,

@@ -59,7 +59,9 @@ def register_postgis_types(conn: psycopg.Connection[Any] | psycopg.AsyncConnecti
     (None for a type the database lacks). Shared with the bench's floor (``scripts/bench_floor.py``),
     which runs the same statements on a plain psycopg connection."""
     from django.contrib.gis.db.backends.postgis.adapter import PostGISAdapter
-    from django.contrib.gis.db.backends.postgis.base import postgis_adapters
+
+    # Django defines it; django-stubs does not declare it.
+    from django.contrib.gis.db.backends.postgis.base import postgis_adapters  # type: ignore[attr-defined]
     from psycopg.types.string import TextBinaryLoader, TextLoader
 
     oids = []
@@ -234,7 +236,7 @@ def warm_django_connection() -> None:
     (server and PostGIS versions), so the event loop never opens a Django connection."""
     wrapper = connections[DB_ALIAS]
     try:
-        _ = wrapper.pg_version
+        _ = wrapper.pg_version  # type: ignore[attr-defined]  # the PostgreSQL wrapper's; stubs type the base
         ops = wrapper.ops
         if hasattr(ops, "spatial_version"):
             _ = ops.spatial_version

@@ -83,7 +83,7 @@ class _Shape:
         converters = self.converters
         n = self.col_count
         for record in raw:
-            row = list(record[:n]) if converters or len(record) != n else record
+            row: Any = list(record[:n]) if converters or len(record) != n else record  # converted in place
             for pos, convs, expression in converters:
                 value = row[pos]
                 for converter in convs:
