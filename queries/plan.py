@@ -36,7 +36,7 @@ import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import OperationalError, connection
 from django.db.models import QuerySet
@@ -78,7 +78,7 @@ class Prepared:
 
     __slots__ = ("factory", "static", "name")
 
-    def __init__(self, factory: Callable[..., Statement], static: int = 0) -> None:
+    def __init__(self, factory: Callable[..., Built], static: int = 0) -> None:
         self.factory = factory
         self.static = static
         self.name = getattr(factory, "__qualname__", repr(factory))
@@ -99,18 +99,26 @@ class Bound:
     prepared: Prepared
     args: tuple[Any, ...]
 
-    def build(self) -> QuerySet[Any] | CountOf | Raw:
+    def build(self) -> Built:
         """The statement itself, built with the ORM now."""
         return self.prepared.factory(*self.args)
 
 
-def prepared(fn: Callable[..., Statement] | None = None, *, static: int = 0) -> Any:
+@overload
+def prepared(fn: Callable[..., Built], *, static: int = 0) -> Prepared: ...
+@overload
+def prepared(fn: None = None, *, static: int = 0) -> Callable[[Callable[..., Built]], Prepared]: ...
+def prepared(
+    fn: Callable[..., Built] | None = None, *, static: int = 0
+) -> Prepared | Callable[[Callable[..., Built]], Prepared]:
     """Declare a prepared statement: ``@prepared`` or ``@prepared(static=1)`` on a factory function."""
     if fn is None:
         return lambda f: Prepared(f, static)
     return Prepared(fn, static)
 
 
+#: What a prepared statement's factory builds: a statement run as it is.
+Built = QuerySet[Any] | CountOf | Raw
 Statement = QuerySet[Any] | CountOf | Raw | Bound
 #: A running service: yields statements, receives their rows, returns the result.
 Plan = Generator[Statement, Any, R]
