@@ -59,7 +59,7 @@ from mcp_app.errors import (
 from mcp_app.executor import Execution, run_plan
 from mcp_app.inline import cut_summary, fit_inline
 from mcp_app.limits import ConcurrencyLimiter
-from mcp_app.pool import ConnectionLease, QueryDatabase
+from mcp_app.pool import CallConnection, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 from mcp_app.resources import (
     check_cursor,
@@ -155,7 +155,7 @@ class Dispatcher:
         call = _Call()
         outcome = "ok"
         rows = 0
-        lease = self.db.lease()
+        call_conn = self.db.call_connection()
         handle = args.get("context_handle")
         # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
         # the critical path), when an earlier call of this handle *with this token identity* named the
@@ -163,7 +163,7 @@ class Dispatcher:
         early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
         try:
             try:
-                scope = await resolve_scope_async(token=token, handle=handle, fetch=lease.fetch)
+                scope = await resolve_scope_async(token=token, handle=handle, fetch=call_conn.fetch)
             except BaseException:
                 if early is not None:
                     await self._discard_slot(early)
@@ -189,7 +189,7 @@ class Dispatcher:
                     )
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
-                await lease.release()  # the evidence step runs in worker threads: no connection held meanwhile
+                await call_conn.release()  # the evidence step runs in worker threads: no connection held meanwhile
 
                 async def execute() -> dict[str, Any]:
                     ran = await self._run(call, entry, scope, args, session if progress else None)
@@ -206,7 +206,7 @@ class Dispatcher:
                 reply = evidence_call_result(entry.spec, saved)
                 rows = _row_count(reply.structured_content or {})
                 return reply
-            result = await self._run(call, entry, scope, args, session if progress else None, lease, early)
+            result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
             structured = fit_inline(
                 result.model_dump(mode="json"),
                 args,
@@ -257,7 +257,7 @@ class Dispatcher:
         finally:
             if early is not None:
                 await self._discard_slot(early)  # a path that neither used nor gave it back (no-op otherwise)
-            await lease.release()
+            await call_conn.release()
             bound = call.scope
             logger.info(
                 "mcp call principal=%s project=%s task=%s run=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
@@ -278,7 +278,7 @@ class Dispatcher:
         scope: QueryScope,
         args: dict[str, Any],
         session: Any | None,
-        held: ConnectionLease | None = None,
+        held: CallConnection | None = None,
         early: EarlySlot | None = None,
     ) -> BaseModel:
         db = self.db
@@ -295,9 +295,9 @@ class Dispatcher:
             try:
                 if early is not None:
                     early.settled = True
-                    lease = await early.task  # RateLimited / DataSourceUnavailable as from acquire
+                    slot = await early.task  # RateLimited / DataSourceUnavailable as from acquire
                 else:
-                    lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+                    slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
             except BaseException:
                 if conn is not None:
                     await db.give_back(conn)
@@ -318,8 +318,8 @@ class Dispatcher:
             finally:
                 # The statement has stopped and the connection is back: the slot goes now. A finished
                 # call writes the release without waiting for the reply; a cancelled one waits for it.
-                if call.execution is None or call.execution.cancelled or not self.limiter.release_soon(lease):
-                    await self.limiter.release(lease)
+                if call.execution is None or call.execution.cancelled or not self.limiter.release_soon(slot):
+                    await self.limiter.release(slot)
         finally:
             db.give_tool_slot()
 
@@ -372,12 +372,12 @@ class Dispatcher:
         if not await self.db.take_tool_slot():
             raise ServerBusy("The server is at its query capacity; retry shortly.")
         try:
-            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
             try:
                 yield
             finally:
-                if not self.limiter.release_soon(lease):
-                    await self.limiter.release(lease)
+                if not self.limiter.release_soon(slot):
+                    await self.limiter.release(slot)
         finally:
             self.db.give_tool_slot()
 

@@ -1,11 +1,11 @@
 """In-flight query slots per principal × project, shared by every server process (SPEC R-PAGE-7).
 
-Redis holds one sorted set per (principal, project): members are slot leases (random ids), scores are
-the lease's expiry time in milliseconds. Acquiring runs one Lua script — drop expired leases, count
+Redis holds one sorted set per (principal, project): members are held slots (random ids), scores are
+each slot's expiry time in milliseconds. Acquiring runs one Lua script — drop expired slots, count
 the rest, add ours if there is room — so two processes can never both take the last slot. A running
-process refreshes its calls' leases every third of the lease time; a process that dies stops
-refreshing, and its slots free themselves when the leases run out (they can never leak for good).
-Over the limit the caller gets ``RateLimited`` immediately — there is no queue. Leases are compared
+process refreshes its calls' slots every third of the lease time; a process that dies stops
+refreshing, and its slots free themselves when their lease time runs out (they can never leak for good).
+Over the limit the caller gets ``RateLimited`` immediately — there is no queue. Held slots are compared
 on Redis's clock (``TIME`` inside the scripts).
 """
 
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 #: Per command: connect and reply timeouts (seconds) of the limiter's Redis client.
 REDIS_TIMEOUT_S = 2.0
 
-#: How long a finished call's lease may wait in the process for the next acquire of its key to take it
+#: How long a finished call's slot may wait in the process for the next acquire of its key to take it
 #: along before it is given back on its own (other processes see the slot held at most this much longer).
 RELEASE_DELAY_S = 0.005
 
@@ -45,11 +45,11 @@ _REFRESH = REFRESH_SCRIPT
 
 
 @dataclass(frozen=True, slots=True)
-class Lease:
+class HeldSlot:
     """One held in-flight slot."""
 
     key: str
-    lease_id: str
+    slot_id: str
 
 
 def redis_client(url: str) -> aioredis.Redis:
@@ -70,14 +70,14 @@ class ConcurrencyLimiter:
     """Acquire/release in-flight slots in Redis (one instance per process), on the event loop.
 
     One round trip to acquire (the Lua script, ``EVALSHA``, loaded on the first ``NOSCRIPT``). Releasing
-    costs a call no round trip of its own: the finished lease waits at most ``RELEASE_DELAY_S`` in the
+    costs a call no round trip of its own: the finished slot waits at most ``RELEASE_DELAY_S`` in the
     process, and the next acquire of the same key takes it along (the script removes it before counting)
     — else one pipelined ``ZREM`` per key gives back everything waiting. So a slot is never counted free
     early, only up to ``RELEASE_DELAY_S`` late for other processes; at c=1 a call costs one Redis round
-    trip instead of two (the profile is in ``mcp_app/README.md``). Live leases are refreshed by one task
+    trip instead of two (the profile is in ``mcp_app/README.md``). Live slots are refreshed by one task
     per process (``run_heartbeat``): every third of the lease time, all of them in one pipelined round
     trip — a call itself costs no timer. A retried acquire (the link dropped after the script ran) can
-    hold one extra lease until it expires: fewer slots for a moment, never more."""
+    hold one extra slot until it expires: fewer slots for a moment, never more."""
 
     def __init__(self, redis_url: str, *, max_concurrent: int, lease_s: float) -> None:
         self._redis = redis_client(redis_url)
@@ -85,30 +85,30 @@ class ConcurrencyLimiter:
         self._refresh = self._redis.register_script(_REFRESH)
         self.max_concurrent = max_concurrent
         self.lease_ms = int(lease_s * 1000)
-        self.live: set[Lease] = set()
+        self.live: set[HeldSlot] = set()
         self._releases: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
-        # Finished leases not yet given back, by key (``release_soon``), and the timer that flushes them.
+        # Finished slots not yet given back, by key (``release_soon``), and the timer that flushes them.
         self._finished: dict[str, list[str]] = {}
         self._flush_timer: asyncio.TimerHandle | None = None
 
     @telemetry.traced("redis slot.acquire", **{"db.system.name": "redis"})
-    async def acquire(self, principal_id: int, project_id: int) -> Lease:
+    async def acquire(self, principal_id: int, project_id: int) -> HeldSlot:
         """Take one slot or raise ``RateLimited`` at once if all are taken (``DataSourceUnavailable``
         when Redis cannot be reached: fail closed)."""
-        lease = Lease(key=slot_key(principal_id, project_id), lease_id=secrets.token_hex(12))
-        finished = self._finished.pop(lease.key, ())
+        slot = HeldSlot(key=slot_key(principal_id, project_id), slot_id=secrets.token_hex(12))
+        finished = self._finished.pop(slot.key, ())
         try:
             acquired = await self._acquire(
-                keys=[lease.key], args=[self.max_concurrent, self.lease_ms, lease.lease_id, *finished]
+                keys=[slot.key], args=[self.max_concurrent, self.lease_ms, slot.slot_id, *finished]
             )
         except RedisError as exc:
-            self._give_back_later(lease.key, finished)  # the script may not have run: ZREM is idempotent
+            self._give_back_later(slot.key, finished)  # the script may not have run: ZREM is idempotent
             logger.warning("concurrency limiter unavailable error_class=%s", type(exc).__name__)
             raise DataSourceUnavailable("The query limiter is temporarily unavailable; retry shortly.") from None
         except asyncio.CancelledError:
             # The script may have taken the slot before the call was cancelled: give it back.
-            self._give_back_later(lease.key, [*finished, lease.lease_id])
+            self._give_back_later(slot.key, [*finished, slot.slot_id])
             raise
         if not acquired:
             metrics.LIMITER_REFUSALS_TENANT.inc()
@@ -116,35 +116,35 @@ class ConcurrencyLimiter:
                 f"At most {self.max_concurrent} queries may run at once for this principal and project; retry "
                 "when one finishes."
             )
-        self.live.add(lease)
+        self.live.add(slot)
         self._ensure_heartbeat()
-        return lease
+        return slot
 
-    def release_soon(self, lease: Lease) -> bool:
-        """Give the slot back without the call waiting for Redis: the lease rides on the next acquire of
+    def release_soon(self, slot: HeldSlot) -> bool:
+        """Give the slot back without the call waiting for Redis: the slot rides on the next acquire of
         its key, or is flushed within ``RELEASE_DELAY_S``. Always True (the signature keeps the fallback
         to ``await release``)."""
-        self.live.discard(lease)
-        self._give_back_later(lease.key, (lease.lease_id,))
+        self.live.discard(slot)
+        self._give_back_later(slot.key, (slot.slot_id,))
         return True
 
-    def _give_back_later(self, key: str, lease_ids: Any) -> None:
-        if not lease_ids:
+    def _give_back_later(self, key: str, slot_ids: Any) -> None:
+        if not slot_ids:
             return
-        self._finished.setdefault(key, []).extend(lease_ids)
+        self._finished.setdefault(key, []).extend(slot_ids)
         if self._flush_timer is None:
             self._flush_timer = asyncio.get_running_loop().call_later(RELEASE_DELAY_S, self._flush_soon)
 
     def _flush_soon(self) -> None:
         self._flush_timer = None
-        if not self._finished:  # the next acquires took every finished lease along: nothing to send
+        if not self._finished:  # the next acquires took every finished slot along: nothing to send
             return
         task = asyncio.get_running_loop().create_task(self.flush())
         self._releases.add(task)  # a strong reference until it is done
         task.add_done_callback(self._releases.discard)
 
     async def flush(self) -> None:
-        """Give back every finished lease still waiting: one ``ZREM`` per key, pipelined."""
+        """Give back every finished slot still waiting: one ``ZREM`` per key, pipelined."""
         finished, self._finished = self._finished, {}
         if not finished:
             return
@@ -157,43 +157,43 @@ class ConcurrencyLimiter:
                     for key, ids in finished.items():
                         pipe.zrem(key, *ids)
                     await pipe.execute()
-        except RedisError as exc:  # the leases then expire on their own
+        except RedisError as exc:  # the slots then expire on their own
             logger.warning("slot release failed error_class=%s", type(exc).__name__)
 
-    async def _zrem(self, lease: Lease) -> None:
+    async def _zrem(self, slot: HeldSlot) -> None:
         try:
-            await self._redis.zrem(lease.key, lease.lease_id)
-        except RedisError as exc:  # the lease then expires on its own
+            await self._redis.zrem(slot.key, slot.slot_id)
+        except RedisError as exc:  # the slot then expires on its own
             logger.warning("slot release failed error_class=%s", type(exc).__name__)
 
-    async def release(self, lease: Lease) -> None:
+    async def release(self, slot: HeldSlot) -> None:
         """Give the slot back (shielded: a cancelled call still releases)."""
-        self.live.discard(lease)
+        self.live.discard(slot)
         with anyio.CancelScope(shield=True):
-            await self._zrem(lease)
+            await self._zrem(slot)
 
     def _ensure_heartbeat(self) -> None:
         if self._heartbeat is None or self._heartbeat.done():
             self._heartbeat = asyncio.get_running_loop().create_task(self.run_heartbeat())
 
-    async def _refresh_all(self, leases: list[Lease]) -> list[Any]:
+    async def _refresh_all(self, slots: list[HeldSlot]) -> list[Any]:
         async with self._redis.pipeline(transaction=False) as pipe:
-            for lease in leases:
-                pipe.evalsha(self._refresh.sha, 1, lease.key, self.lease_ms, lease.lease_id)
+            for slot in slots:
+                pipe.evalsha(self._refresh.sha, 1, slot.key, self.lease_ms, slot.slot_id)
             return list(await pipe.execute(raise_on_error=False))
 
     async def run_heartbeat(self) -> None:
-        """Refresh every live lease every third of the lease time (one pipelined round trip)."""
+        """Refresh every live slot every third of the lease time (one pipelined round trip)."""
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
-            leases = list(self.live)
-            if not leases:
+            slots = list(self.live)
+            if not slots:
                 continue
             try:
-                replies = await self._refresh_all(leases)
+                replies = await self._refresh_all(slots)
                 if any(isinstance(r, NoScriptError) for r in replies):
                     await self._redis.script_load(_REFRESH)
-                    await self._refresh_all(leases)
+                    await self._refresh_all(slots)
             except RedisError as exc:
                 logger.warning("slot heartbeat failed error_class=%s", type(exc).__name__)
 

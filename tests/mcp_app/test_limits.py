@@ -32,10 +32,10 @@ def _take_and_give_back(url: str) -> int:
     async def run() -> int:
         limiter = _limiter(url)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             with redis.Redis.from_url(url) as observer:
-                held = int(observer.zcard(lease.key))
-            await limiter.release(lease)
+                held = int(observer.zcard(slot.key))
+            await limiter.release(slot)
             return held
         finally:
             await limiter.aclose()
@@ -102,11 +102,11 @@ def test_the_limiter_uses_the_database_index_of_the_query_string() -> None:
     async def run() -> tuple[int, int]:
         limiter = _limiter(url)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             try:
                 return int(own.zcard(key)), int(db0.zcard(key))
             finally:
-                await limiter.release(lease)
+                await limiter.release(slot)
         finally:
             await limiter.aclose()
 
@@ -132,9 +132,9 @@ def test_after_a_killed_connection_the_next_command_is_fast() -> None:
             assert admin.client_kill_filter(_id=own_id) == 1
             await asyncio.sleep(0.1)
             started = time.monotonic()
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             elapsed = time.monotonic() - started
-            await limiter.release(lease)
+            await limiter.release(slot)
             return elapsed
         finally:
             await limiter.aclose()
@@ -164,9 +164,9 @@ def test_a_finished_lease_rides_on_the_next_acquire_of_its_key() -> None:
         held: list[int] = []
         try:
             for _ in range(20):
-                lease = await limiter.acquire(PRINCIPAL, PROJECT)
+                slot = await limiter.acquire(PRINCIPAL, PROJECT)
                 held.append(int(observer.zcard(key)))
-                assert limiter.release_soon(lease)
+                assert limiter.release_soon(slot)
             return held, sent
         finally:
             await limiter.aclose()
@@ -193,8 +193,8 @@ def test_a_finished_lease_is_given_back_within_the_release_delay_without_another
     async def run() -> tuple[int, int]:
         limiter = _limiter(settings.REDIS_URL)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
-            limiter.release_soon(lease)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
+            limiter.release_soon(slot)
             right_after = int(observer.zcard(key))
             deadline = time.monotonic() + RELEASE_DELAY_S + 1.0
             while observer.zcard(key) and time.monotonic() < deadline:
