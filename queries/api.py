@@ -39,7 +39,7 @@ from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
 from contexts import access
-from contexts.api import ContextApiView
+from contexts.api_base import BaseApiView
 from contexts.authentication import HasApiReadScope
 from contexts.errors import ApplicationError, InvalidParameter
 from contexts.rest import ApiBearerAuthentication, member_scope
@@ -271,7 +271,7 @@ def openapi_components(result: dict[str, Any], generator: Any, request: Any, pub
     return result
 
 
-class ToolView(ContextApiView):
+class ToolView(BaseApiView):
     """One registry tool over REST (GET). Thin: authenticate → scope → gate → arguments → service."""
 
     authentication_classes = [ApiBearerAuthentication]
