@@ -46,17 +46,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from contexts.errors import (
-    EvidenceNotSaved,
-    InvalidParameter,
-    RequestInProgress,
-    RequestKeyRequired,
-    RequestKeyReused,
-    RunNotCurrent,
-)
+from contexts.errors import InvalidParameter, RunNotCurrent
 from contexts.models import TASK_PURPOSES
 from contexts.scope import QueryScope
 from contexts.services import require_run_current
+from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
 from queries.registry import ToolSpec
 from tjwater import metrics, telemetry

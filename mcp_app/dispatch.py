@@ -35,16 +35,10 @@ from pydantic import BaseModel
 from referencing.exceptions import Unresolvable
 
 from contexts import access
-from contexts.errors import (
-    ApplicationError,
-    ContextInvalid,
-    InvalidParameter,
-    RateLimited,
-    RequestKeyRequired,
-    ToolNotInContext,
-)
+from contexts.errors import ApplicationError, ContextInvalid, InvalidParameter, RateLimited, ToolNotInContext
 from contexts.scope import QueryScope
 from contexts.tokens import VerifiedToken
+from evidence.errors import RequestKeyRequired
 from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.errors import (

@@ -42,7 +42,7 @@ from django.db import OperationalError, connection
 from django.db.models import QuerySet
 from psycopg.errors import QueryCanceled
 
-from contexts.errors import QueryTimeout
+from queries.errors import QueryTimeout
 from queries.units import present
 
 P = ParamSpec("P")

@@ -16,8 +16,9 @@ from typing import Any
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 
-from contexts.errors import AnalysisRunWithoutSeries, InvalidParameter, LimitExceeded, NotFound
+from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.errors import AnalysisRunWithoutSeries
 from queries.legacy import refuse_unavailable
 from queries.models import (
     ELEMENT_MODELS,

@@ -17,9 +17,10 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from contexts.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused, RunSuperseded
+from contexts.errors import RunSuperseded
 from contexts.models import TaskRun
 from contexts.scope import QueryScope
+from evidence.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.services import (
     REQUEST_KEY_META,

@@ -316,7 +316,7 @@ def test_the_query_budget_is_the_whole_calls_not_each_statements() -> None:
     """Issue 23 item 12: a four-statement plan may not hold the database for four budgets. Four 0.4 s
     statements under a 1 s budget: each alone fits, together they do not — the third is cut when the
     budget runs out (QUERY_TIMEOUT), and the connection goes back with the session's timeout again."""
-    from contexts.errors import QueryTimeout
+    from queries.errors import QueryTimeout
 
     async def run() -> tuple[float, str, int]:
         db = QueryDatabase(size=1, budget_s=1, checkout_timeout_s=5, connect_timeout_s=5)
