@@ -23,9 +23,8 @@ allows evidence (``ToolSpec.evidence_allowed``):
 ``ordinary_chat`` calls, and tools that do not save evidence, just run ``execute``. Nothing a client
 sends can make a result evidence: snapshots are written only here, from what ``execute`` returned.
 
-Entry points: ``run_with_evidence`` (async: the DB steps in worker threads) and
-``run_with_evidence_sync`` (REST, Celery, tests, or inside an MCP worker thread), built on the step
-functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver may also call itself.
+Entry point: ``run_with_evidence`` (async: the DB steps in worker threads; the MCP edge), built on the
+step functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver may also call itself.
 """
 
 from __future__ import annotations
@@ -68,11 +67,6 @@ POLL_FIRST_S = 0.01
 POLL_MAX_S = 0.2
 # Keys the server adds to a returned result; never part of the saved document.
 ADDED_KEYS = ("evidence_id", "evidence_uri")
-
-
-class EvidenceCallCancelled(Exception):
-    """The call was cancelled after its query finished but before its evidence was saved: nothing was
-    saved (R-PROTO-6), the receipt was released."""
 
 
 def evidence_uri(evidence_id: object) -> str:
@@ -369,49 +363,6 @@ def _wait_budget_s() -> float:
 
 
 # --- sync ------------------------------------------------------------------------------------------
-
-
-def run_with_evidence_sync(
-    *,
-    scope: QueryScope,
-    tool: ToolSpec,
-    arguments: Mapping[str, Any],
-    meta: Mapping[str, Any] | None,
-    execute: Callable[[], dict[str, Any]],
-    is_cancelled: Callable[[], bool] | None = None,
-    required_permissions: Collection[str] | None = None,
-) -> dict[str, Any]:
-    """The whole flow on this thread's database connection (see the module docstring). ``execute`` runs
-    the query and returns the structured result; it is called at most once, and not at all when an
-    identical earlier call's evidence answers this one. ``is_cancelled`` (optional) is asked after the
-    query: a cancelled call saves nothing and raises ``EvidenceCallCancelled``. Must not run inside a
-    transaction of the caller."""
-    if not saves_evidence(scope, tool):
-        return execute()
-    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta, required_permissions=required_permissions)
-    deadline = time.monotonic() + _wait_budget_s()
-    delay = POLL_FIRST_S
-    while True:
-        outcome = claim(call)
-        if outcome.kind == "done":
-            return outcome.result  # type: ignore[return-value]  # "done" carries the result
-        if outcome.kind == "run":
-            break
-        if time.monotonic() > deadline:
-            raise RequestInProgress()
-        if not connection.in_atomic_block:
-            connection.close()  # back to the pool while waiting: the owner needs connections too
-        time.sleep(delay)
-        delay = min(delay * 2, POLL_MAX_S)
-    try:
-        structured = execute()
-    except BaseException:
-        abandon(call)
-        raise
-    if is_cancelled is not None and is_cancelled():
-        abandon(call)
-        raise EvidenceCallCancelled
-    return complete(call, structured)
 
 
 # --- async -----------------------------------------------------------------------------------------

@@ -27,12 +27,11 @@ from evidence.services import (
     canonical_json,
     receipts_fail_stale,
     run_with_evidence,
-    run_with_evidence_sync,
 )
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43  # never saved or hashed: only its presence in the arguments matters here
 ELEMENT = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}
@@ -100,7 +99,7 @@ def test_fifty_concurrent_identical_calls_in_threads_save_once(world: EvidenceWo
     def one(_: int) -> dict[str, Any]:
         start.wait()
         try:
-            return run_with_evidence_sync(
+            return run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -159,7 +158,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
 ) -> None:
     scope = world.bind("task_execution", investigation=fresh)
     runs: list[int] = []
-    first = run_with_evidence_sync(
+    first = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -171,7 +170,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
         raise AssertionError("a retry with a saved receipt must not query again")
 
     # The retry carries a new context handle (contexts expire) but the same key and parameters.
-    again = run_with_evidence_sync(
+    again = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments={**ELEMENT, "context_handle": "another-handle-0123456789"},
@@ -187,7 +186,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     scope = world.bind("task_execution", investigation=fresh)
     runs: list[int] = []
     meta = {REQUEST_KEY_META: "k-reuse"}
-    run_with_evidence_sync(
+    run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -196,7 +195,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     )
     other = {**ELEMENT, "element_id": "JUNCTION-1"}
     with pytest.raises(RequestKeyReused):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_element_properties"),
             arguments=other,
@@ -205,7 +204,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
         )
     schema_args = {"context_handle": HANDLE, "kind": "junction"}
     with pytest.raises(RequestKeyReused):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_network_schema"),
             arguments=schema_args,
@@ -230,7 +229,7 @@ def test_a_task_call_without_a_request_key_is_refused_before_anything_runs(
         {REQUEST_KEY_META: "a\x00b"},
     ):
         with pytest.raises(RequestKeyRequired) as refused:
-            run_with_evidence_sync(
+            run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -243,7 +242,7 @@ def test_a_task_call_without_a_request_key_is_refused_before_anything_runs(
 
 def test_parameters_are_saved_canonically_without_the_handle(fresh: Investigation, world: EvidenceWorld) -> None:
     scope = world.bind("task_execution", investigation=fresh)
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -267,7 +266,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     chat = world.bind("ordinary_chat", subject="alice")
     before = EvidenceSnapshot.objects.count()
     runs: list[int] = []
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=chat,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -276,7 +275,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     )
     assert result["evidence_id"] is None and len(runs) == 1
     task = world.bind("task_execution", investigation=world.demo_task)
-    context = run_with_evidence_sync(
+    context = run_evidence_call(
         scope=task,
         tool=tool_spec("get_task_context"),
         arguments={"context_handle": HANDLE},
@@ -289,7 +288,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
 
 def test_a_reader_saves_evidence_to_its_parent_run(fresh: Investigation, world: EvidenceWorld) -> None:
     reader = world.bind("task_reader", investigation=fresh)
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=reader,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -332,7 +331,7 @@ def test_a_run_superseded_while_a_slow_query_runs_gets_nothing_written(
     other.start()
     try:
         with pytest.raises(RunSuperseded) as refused:
-            run_with_evidence_sync(
+            run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -386,14 +385,14 @@ def test_a_failure_at_commit_fails_the_call_and_a_retry_can_proceed(
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
     }
     with pytest.raises(EvidenceNotSaved) as failed:
-        run_with_evidence_sync(**call)
+        run_evidence_call(**call)
     assert failed.value.retryable is True
     assert snapshots(inv) == []
     assert [r["state"] for r in receipts(inv)] == ["failed"]
 
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER evid_test_fail_commit ON evidence_evidencesnapshot")
-    result = run_with_evidence_sync(**call)  # the failed receipt is claimed again by the retry
+    result = run_evidence_call(**call)  # the failed receipt is claimed again by the retry
     (snapshot,) = snapshots(inv)
     assert result["evidence_id"] == str(snapshot.pk) and len(runs) == 2
     assert [(r["state"], r["attempt"]) for r in receipts(inv)] == [("complete", 2)]
@@ -484,7 +483,7 @@ def test_a_disconnect_during_the_save_keeps_the_evidence_and_the_retry_gets_the_
 
     anyio.run(first_call)
     (snapshot,) = snapshots(inv)  # saved: once the save started it was finished
-    retry = run_with_evidence_sync(
+    retry = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -502,7 +501,7 @@ def test_a_query_error_releases_the_receipt(fresh: Investigation, world: Evidenc
         raise RuntimeError("the query failed")
 
     with pytest.raises(RuntimeError):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_element_properties"),
             arguments=ELEMENT,
@@ -551,13 +550,13 @@ def test_a_receipt_left_pending_by_a_crashed_process_is_taken_over_by_the_retry(
         "meta": {REQUEST_KEY_META: "orphan"},
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
     }
-    run_with_evidence_sync(**call)
+    run_evidence_call(**call)
     # Make it look like a crash mid-query: pending, no snapshot, last touched long ago.
     QueryReceipt.objects.filter(task=fresh.task).update(
         state="pending", snapshot=None, updated_at=timezone.now() - timedelta(minutes=5)
     )
     EvidenceSnapshot.objects.filter(task=fresh.task).delete()
-    result = run_with_evidence_sync(**call)
+    result = run_evidence_call(**call)
     assert len(runs) == 2
     assert [(r["state"], r["attempt"]) for r in receipts(fresh)] == [("complete", 2)]
     assert result["evidence_id"] == str(snapshots(fresh)[0].pk)
