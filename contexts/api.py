@@ -22,7 +22,7 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from contexts import entry, services
+from contexts import entry, grants, services
 from contexts.api_base import ERROR_BODY, BaseApiView
 from contexts.authentication import (
     BearerTokenAuthentication,
@@ -87,7 +87,7 @@ class ContextCreateApi(ContextApiView):
         token = self.verified_token(request)
         take_bind_token(issuer=token.issuer, subject=token.subject)
         entry.check_binding_allowed()
-        catalog, task_scoped = services.tool_catalog()
+        catalog, task_scoped = grants.tool_catalog()
         created = services.context_create(
             token=token,
             project_slug=data.get("project"),

@@ -7,7 +7,7 @@ allows evidence (``ToolSpec.evidence_allowed``):
    (``RequestKeyRequired``, answered -32602 by the MCP edge); the parameters are canonicalized (RFC 8785,
    without ``context_handle``) and hashed.
 2. ``claim`` (short, autocommit) — the run is still current and its lease valid
-   (``contexts.services.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
+   (``contexts.run_checks.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
    receipt. The unique key (principal, project, session, task, run, request key) decides the one owner.
    A duplicate finds the existing receipt: other tool/parameters → ``RequestKeyReused``; ``complete`` →
    the saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over
@@ -47,8 +47,8 @@ from django.utils import timezone
 
 from contexts.errors import InvalidParameter, RunNotCurrent
 from contexts.models import TASK_PURPOSES
+from contexts.run_checks import require_run_current
 from contexts.scope import QueryScope
-from contexts.services import require_run_current
 from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
 from queries.registry import ToolSpec

@@ -32,9 +32,10 @@ from django.db import connection, transaction  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from contexts.grants import tool_catalog  # noqa: E402
 from contexts.models import ExecutionRequest, Principal, Project, Task, TaskRun  # noqa: E402
 from contexts.selectors import resolve_context  # noqa: E402
-from contexts.services import context_create, tool_catalog  # noqa: E402
+from contexts.services import context_create  # noqa: E402
 from contexts.tokens import VerifiedToken  # noqa: E402
 from evidence.services import REQUEST_KEY_META, run_with_evidence  # noqa: E402
 from evidence.task_tools import get_task_evidence  # noqa: E402

@@ -24,10 +24,11 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, ExecutionRequest, Principal, Project, QueryContext, Task, TaskRun
 from contexts.scope import QueryScope
 from contexts.selectors import resolve_context
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.services import run_with_evidence
