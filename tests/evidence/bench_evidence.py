@@ -83,19 +83,18 @@ def main(calls: int) -> None:
                     cursor.execute("SET TRANSACTION READ ONLY")
                 return run_sync(spec.invoke(scope, ARGS)).model_dump(mode="json")
 
+        def with_evidence(key: str) -> dict:
+            return run_evidence_call(
+                scope=scope, tool=spec, arguments=ARGS, meta={REQUEST_KEY_META: key}, execute=execute
+            )
+
         plain: list[float] = []
         saved: list[float] = []
         for i in range(calls + 20):
             t0 = time.perf_counter()
             execute()
             t1 = time.perf_counter()
-            run_evidence_call(
-                scope=scope,
-                tool=spec,
-                arguments=ARGS,
-                meta={REQUEST_KEY_META: f"b-{i}"},
-                execute=execute,
-            )
+            with_evidence(f"b-{i}")
             t2 = time.perf_counter()
             if i >= 20:  # warm-up
                 plain.append(t1 - t0)
@@ -111,13 +110,7 @@ def main(calls: int) -> None:
             c0 = time.process_time()
             execute()
             c1 = time.process_time()
-            run_evidence_call(
-                scope=scope,
-                tool=spec,
-                arguments=ARGS,
-                meta={REQUEST_KEY_META: f"c-{i}"},
-                execute=execute,
-            )
+            with_evidence(f"c-{i}")
             c2 = time.process_time()
             cpu_plain.append(c1 - c0)
             cpu_saved.append(c2 - c1)

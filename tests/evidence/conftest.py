@@ -38,21 +38,26 @@ from queries.demo.seed import DEMO_B_SLUG, DEMO_EXECUTION_REQUEST_ID, DEMO_SESSI
 HOST_CLIENT = "tjwater-agent-mcp"
 
 
-def run_evidence_call(*, execute: Callable[[], dict[str, Any]], **call: Any) -> dict[str, Any]:
-    """One call through the real evidence path (``run_with_evidence``, as the MCP edge runs it), from
-    synchronous test code: its own event loop, the database steps in worker threads, and ``execute`` —
-    the caller's query — in a worker thread whose connection is returned afterwards."""
+def in_thread(fn: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
+    """``execute`` for the async entry point: the sync query in a worker thread, connection returned."""
 
-    async def in_worker() -> dict[str, Any]:
+    async def execute() -> dict[str, Any]:
         def run() -> dict[str, Any]:
             try:
-                return execute()
+                return fn()
             finally:
                 connection.close()
 
         return await anyio.to_thread.run_sync(run)
 
-    return anyio.run(functools.partial(run_with_evidence, execute=in_worker, **call))
+    return execute
+
+
+def run_evidence_call(*, execute: Callable[[], dict[str, Any]], **call: Any) -> dict[str, Any]:
+    """One call through the real evidence path (``run_with_evidence``, as the MCP edge runs it), from
+    synchronous test code: its own event loop, the database steps in worker threads, and ``execute`` —
+    the caller's query — in a worker thread too (``in_thread``)."""
+    return anyio.run(functools.partial(run_with_evidence, execute=in_thread(execute), **call))
 
 
 def verified(subject: str, client: str = HOST_CLIENT) -> VerifiedToken:

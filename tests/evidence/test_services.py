@@ -31,7 +31,7 @@ from evidence.services import (
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
+from tests.evidence.conftest import EvidenceWorld, Investigation, in_thread, run_evidence_call
 
 HANDLE = "h" * 43  # never saved or hashed: only its presence in the arguments matters here
 ELEMENT = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}
@@ -52,21 +52,6 @@ def query(
                     cursor.execute("SELECT pg_sleep(%s)", [sleep_s])
             result = run_sync(tools_by_name()[tool].invoke(scope, arguments))
         return result.model_dump(mode="json")
-
-    return execute
-
-
-def in_thread(fn: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
-    """``execute`` for the async entry point: the sync query in a worker thread, connection returned."""
-
-    async def execute() -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            try:
-                return fn()
-            finally:
-                connection.close()
-
-        return await anyio.to_thread.run_sync(run)
 
     return execute
 
