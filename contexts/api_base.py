@@ -34,7 +34,7 @@ from contexts.authentication import (
 from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.tokens import VerifiedToken
 
-# The edge logs under the context API's name, as it always did (operators' filters rely on it).
+# The log lines keep the logger name they had before the base moved here (``contexts.api``).
 logger = logging.getLogger("contexts.api")
 
 AUTH_RETRY_AFTER_S = 5
