@@ -13,11 +13,13 @@ format:
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 
 test:
 	SETUP_SKIP_DEMO=1 bash scripts/setup.sh
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	.venv/bin/mypy
 	.venv/bin/pytest
 
 .PHONY: resilience

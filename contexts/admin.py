@@ -18,6 +18,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -60,19 +61,19 @@ def actors_as_people(labels: list[str]) -> dict[str, str]:
     users = get_user_model().objects.in_bulk(list(set(user_ids.values())))
     principals = Principal.objects.in_bulk([pk for pk, _ in principal_ids.values()])
     people = {label: label.removeprefix("system:") + " (system job)" for label in labels if label.startswith("system:")}
-    for label, user_id in user_ids.items():
-        user = users.get(user_id)
+    for label, user_pk in user_ids.items():
+        user = users.get(user_pk)
         if user is not None:
-            name = user.get_full_name() or user.email or "operator"  # type: ignore[attr-defined]
+            name = user.get_full_name() or user.email or "operator"
             people[label] = f"{name} ({user.get_username()}) · operator"
-    for label, (principal_id, client) in principal_ids.items():
-        principal = principals.get(principal_id)
+    for label, (principal_pk, client) in principal_ids.items():
+        principal = principals.get(principal_pk)
         if principal is not None:
             people[label] = f"{principal} via {client}"
     return {label: people.get(label, label) for label in labels}
 
 
-class AuditTrailAdmin(admin.ModelAdmin):
+class AuditTrailAdmin(admin.ModelAdmin[Any]):
     """Shows the ``actor`` label of each row as a person (``actors_as_people``), for a whole page at once."""
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
@@ -88,7 +89,7 @@ class AuditTrailAdmin(admin.ModelAdmin):
         return getattr(obj, "actor_person", None) or actors_as_people([obj.actor])[obj.actor]
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(admin.ModelAdmin[Any]):
     """Browse-only: rows are written by services, never edited by hand."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -219,7 +220,7 @@ class ContextStateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
 
-    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
         return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[QueryContext]) -> QuerySet[QueryContext]:
@@ -261,7 +262,7 @@ def revoke_contexts(modeladmin: QueryContextAdmin, request: HttpRequest, queryse
         "form": form,
         "contexts": list(queryset.select_related("principal", "project").order_by("pk")[: services.MAX_REVOKE_BATCH]),
         "selected_ids": ids,
-        "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     }
     return TemplateResponse(request, "admin/contexts/querycontext/revoke_confirmation.html", context)
 

@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -57,7 +58,7 @@ class RevokeMembershipForm(forms.Form):
 
 
 def _form_page(
-    model_admin: admin.ModelAdmin, request: HttpRequest, title: str, form: forms.Form, **extra: Any
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, title: str, form: forms.Form, **extra: Any
 ) -> TemplateResponse:
     context = {
         **model_admin.admin_site.each_context(request),
@@ -69,7 +70,7 @@ def _form_page(
     return TemplateResponse(request, FORM_TEMPLATE, context)
 
 
-def project_create_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
+def project_create_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpResponse:
     form = ProjectCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -84,7 +85,7 @@ def project_create_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> 
     return _form_page(model_admin, request, "Create a project", form, submit="Create")
 
 
-def membership_grant_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
+def membership_grant_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpResponse:
     form = GrantForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -108,7 +109,7 @@ def membership_grant_view(model_admin: admin.ModelAdmin, request: HttpRequest) -
 
 
 @admin.action(description="Revoke selected memberships", permissions=["onboard"])
-def revoke_memberships(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Membership]) -> Any:
+def revoke_memberships(model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Membership]) -> Any:
     """Ask for a reason (intermediate page), then revoke each through ``membership_revoke``."""
     rows = list(queryset.filter(revoked_at__isnull=True).select_related("principal", "project").order_by("pk")[:200])
     form = RevokeMembershipForm(request.POST if "confirm" in request.POST else None)
@@ -132,12 +133,12 @@ def revoke_memberships(model_admin: admin.ModelAdmin, request: HttpRequest, quer
         rows=rows,
         action="revoke_memberships",
         selected_ids=[m.pk for m in rows],
-        action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
+        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
     )
 
 
 @admin.action(description="Delete selected projects and all their data", permissions=["onboard"])
-def delete_projects(model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Project]) -> Any:
+def delete_projects(model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Project]) -> Any:
     """Ask for a reason (and whether evidence may go too), then delete each through ``project_delete``
     (which revokes the project's contexts first and refuses a project holding evidence unless included)."""
     rows = list(queryset.order_by("slug")[:50])
@@ -168,5 +169,5 @@ def delete_projects(model_admin: admin.ModelAdmin, request: HttpRequest, queryse
         rows=rows,
         action="delete_projects",
         selected_ids=[p.pk for p in rows],
-        action_checkbox_name=admin.helpers.ACTION_CHECKBOX_NAME,
+        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
     )

@@ -6,158 +6,36 @@
 - ``DELETE /api/v1/mcp-query-contexts/{context_handle}`` → 204 for the binding's owner; anyone else the
   same 404 as an unknown handle.
 
-Every error is JSON ``{"code", "message", "retryable"[, "details"]}`` with a stable code, mapped here in
-one place. Django's request logger would write the request path of a 4xx response — which for DELETE
-contains the handle — so these views mark their responses as already logged and log a sanitized line
-of their own instead.
-
-Failures of the service itself are JSON too, never Django's HTML page and never exception text:
-PostgreSQL unreachable (connection refused, a pool checkout that times out — ``TJWATER_DB_POOL_TIMEOUT_S``,
-a dropped connection) → 503 ``DATA_SOURCE_UNAVAILABLE`` (retryable, ``Retry-After``); anything else
-unexpected → 500 ``INTERNAL_ERROR`` (not retryable), its traceback written to the server log only.
+Every error is JSON ``{"code", "message", "retryable"[, "details"]}`` with a stable code, mapped in one
+place for the whole REST edge (``contexts.api_base.BaseApiView``); the path of a DELETE, which contains
+the handle, is never logged.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-import psycopg
-from django.db import InterfaceError, OperationalError, transaction
+from django.db import transaction
 from django.utils.decorators import method_decorator
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import exceptions, serializers, status
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from contexts import entry, services
+from contexts import entry, grants, services
+from contexts.api_base import ERROR_BODY, BaseApiView
 from contexts.authentication import (
-    AuthenticationUnavailable,
     BearerTokenAuthentication,
     HasBindScope,
-    InsufficientScope,
-    InvalidTokenFailed,
-    TokenUser,
-    bearer_challenge,
 )
 from contexts.bind_rate import take_bind_token
-from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.models import ContextPurpose
-from contexts.tokens import VerifiedToken
-
-logger = logging.getLogger(__name__)
-
-AUTH_RETRY_AFTER_S = 5
-RETRY_AFTER_S = 5  # on every retryable application error (DATA_SOURCE_UNAVAILABLE, RATE_LIMITED, …)
-# What an unreachable database raises: Django's wrappers, and psycopg's own classes should one escape
-# unwrapped (psycopg_pool.PoolTimeout, a checkout that timed out, is a psycopg.OperationalError).
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, psycopg.OperationalError, psycopg.InterfaceError)
 
 
-# The error body of every failure, for the OpenAPI document.
-ERROR_BODY = inline_serializer(
-    "ApiError",
-    {
-        "code": serializers.CharField(),
-        "message": serializers.CharField(),
-        "retryable": serializers.BooleanField(),
-        "details": serializers.DictField(required=False),
-    },
-)
-
-
-class ContextApiView(APIView):
-    """Shared error mapping of the context API (STYLE "errors": one place per edge)."""
+class ContextApiView(BaseApiView):
+    """A context API view: the MCP audience's bearer token (scope ``mcp.context.bind`` where required)."""
 
     authentication_classes = [BearerTokenAuthentication]
-
-    def handle_exception(self, exc: Exception) -> Response:
-        response = _error_response(exc)
-        if response is None:
-            # Unexpected: the traceback to the server log (the path is never part of the message),
-            # a fixed JSON body to the client.
-            logger.error(
-                "context api internal error method=%s exception=%s",
-                self.request.method if self.request is not None else "?",
-                type(exc).__name__,
-                exc_info=exc,
-            )
-            response = Response(
-                _body("INTERNAL_ERROR", "The server failed to complete the request."),
-                status=status.HTTP_500_INTERNAL_SERVER_ERROR,
-            )
-        logger.info(
-            "context api refused method=%s status=%s code=%s",
-            self.request.method if self.request is not None else "?",
-            response.status_code,
-            response.data.get("code") if isinstance(response.data, dict) else None,
-        )
-        return response
-
-    def finalize_response(self, request: Request, response: Response, *args: Any, **kwargs: Any) -> Response:
-        response = super().finalize_response(request, response, *args, **kwargs)
-        # django.utils.log.log_response skips responses flagged like this; the path may hold a handle.
-        response._has_been_logged = True  # type: ignore[attr-defined]  # Django's private flag, see above
-        return response
-
-    def verified_token(self, request: Request) -> VerifiedToken:
-        user = request.user
-        if not isinstance(user, TokenUser):
-            raise exceptions.NotAuthenticated()
-        return user.token
-
-
-def _body(code: str, message: str, *, retryable: bool = False, details: Any = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
-    if details:
-        body["details"] = details
-    return body
-
-
-def _error_response(exc: Exception) -> Response | None:
-    """Map an exception to the API's JSON error; ``None`` for anything unexpected (the caller answers
-    500 ``INTERNAL_ERROR`` and logs the traceback)."""
-    if isinstance(exc, DATABASE_UNAVAILABLE):
-        logger.warning("context api: database unavailable (%s)", type(exc).__name__)
-        exc = DataSourceUnavailable()
-    if isinstance(exc, ApplicationError):
-        response = Response(exc.as_dict(), status=exc.http_status)
-        if exc.retryable:
-            response["Retry-After"] = str(exc.retry_after_s or RETRY_AFTER_S)
-        return response
-    if isinstance(exc, InvalidTokenFailed):
-        response = Response(_body("INVALID_TOKEN", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
-        response["WWW-Authenticate"] = bearer_challenge("invalid_token")
-        return response
-    if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        response = Response(_body("AUTHENTICATION_REQUIRED", str(exc.detail)), status=status.HTTP_401_UNAUTHORIZED)
-        response["WWW-Authenticate"] = bearer_challenge()
-        return response
-    if isinstance(exc, InsufficientScope):
-        response = Response(
-            _body("INSUFFICIENT_SCOPE", str(exc.detail), details={"required_scope": exc.scope}),
-            status=status.HTTP_403_FORBIDDEN,
-        )
-        response["WWW-Authenticate"] = bearer_challenge("insufficient_scope", scope=exc.scope)
-        return response
-    if isinstance(exc, AuthenticationUnavailable):
-        response = Response(
-            _body("AUTH_UNAVAILABLE", str(exc.detail), retryable=True), status=status.HTTP_503_SERVICE_UNAVAILABLE
-        )
-        response["Retry-After"] = str(AUTH_RETRY_AFTER_S)
-        return response
-    if isinstance(exc, exceptions.ValidationError):
-        return Response(
-            _body("INVALID_PARAMETER", "The request body is not valid.", details=exc.detail),
-            status=status.HTTP_400_BAD_REQUEST,
-        )
-    if isinstance(exc, exceptions.ParseError):
-        return Response(_body("INVALID_JSON", "The request body is not valid JSON."), status=exc.status_code)
-    if isinstance(exc, exceptions.APIException):
-        code = str(exc.default_code).upper()
-        return Response(_body(code, str(exc.detail)), status=exc.status_code)
-    return None
 
 
 class ContextCreateApi(ContextApiView):
@@ -165,7 +43,7 @@ class ContextCreateApi(ContextApiView):
 
     permission_classes = [HasBindScope]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(serializers.Serializer[Any]):
         project = serializers.CharField(max_length=64, required=False, allow_null=True, allow_blank=True)
         session_id = serializers.CharField(max_length=255)
         purpose = serializers.ChoiceField(choices=ContextPurpose.choices)
@@ -182,7 +60,7 @@ class ContextCreateApi(ContextApiView):
                 raise serializers.ValidationError({field: ["Unknown field."] for field in unknown})
             return attrs
 
-    class OutputSerializer(serializers.Serializer):
+    class OutputSerializer(serializers.Serializer[Any]):
         context_handle = serializers.CharField(source="handle")
         expires_at = serializers.DateTimeField()
         purpose = serializers.CharField()
@@ -209,7 +87,7 @@ class ContextCreateApi(ContextApiView):
         token = self.verified_token(request)
         take_bind_token(issuer=token.issuer, subject=token.subject)
         entry.check_binding_allowed()
-        catalog, task_scoped = services.tool_catalog()
+        catalog, task_scoped = grants.tool_catalog()
         created = services.context_create(
             token=token,
             project_slug=data.get("project"),

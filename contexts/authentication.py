@@ -39,7 +39,8 @@ def resource_metadata_url() -> str:
     """The RFC 9728 §3.1 metadata URL of the protected resource (the well-known path inserted between
     host and the resource's path), named in every challenge so a client can discover the issuer.
     Shared by the context API and ``/mcp`` (mcp_app.auth)."""
-    parts = urlsplit(settings.TJWATER_MCP_RESOURCE_URI)
+    resource_uri: str = settings.TJWATER_MCP_RESOURCE_URI
+    parts = urlsplit(resource_uri)
     path = parts.path if parts.path != "/" else ""
     return urlunsplit((parts.scheme, parts.netloc, f"/.well-known/oauth-protected-resource{path}", "", ""))
 

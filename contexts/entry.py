@@ -15,7 +15,7 @@ _gate: Callable[[], None] | None = None
 
 def register_binding_gate(gate: Callable[[], None]) -> None:
     """``gate()`` runs inside the binding's transaction, before ``context_create``; it raises
-    ``contexts.errors.McpDisabled`` to refuse, and may take locks that hold until the binding commits."""
+    ``mcp_app.errors.McpDisabled`` to refuse, and may take locks that hold until the binding commits."""
     global _gate
     _gate = gate
 

@@ -3,8 +3,9 @@
 Services raise these; each edge maps them in one place: the MCP dispatch path to an ``isError`` result
 with ``code`` and ``message``, the REST API to a JSON body with the same code and the HTTP status here.
 Messages are written for the caller and must never contain exception text, SQL, tokens or handles.
-This module sits at the bottom of the dependency graph (contexts ← queries ← mcp_app) so every layer
-can raise them.
+This module sits at the bottom of the dependency graph (contexts ← queries ← evidence ← mcp_app): it holds
+the base classes every layer raises and the errors of this app; each app above keeps its own errors
+(``queries.errors``, ``evidence.errors``, ``mcp_app.errors``) with the same wire format.
 """
 
 from __future__ import annotations
@@ -106,34 +107,11 @@ class RateLimited(ApplicationError):
     default_message = "Too many queries in flight for this principal and project; retry shortly."
 
 
-class QueryTimeout(ApplicationError):
-    code = "QUERY_TIMEOUT"
-    http_status = 504
-    retryable = True
-    default_message = "The query exceeded its time budget; narrow it and try again."
-
-
 class DataSourceUnavailable(ApplicationError):
     code = "DATA_SOURCE_UNAVAILABLE"
     http_status = 503
     retryable = True
     default_message = "The data source is temporarily unavailable; retry later."
-
-
-class CapabilityGap(ApplicationError):
-    """A legacy feature this server does not provide, answered explicitly rather than as empty data."""
-
-    code = "CAPABILITY_NOT_AVAILABLE"
-    default_message = "This capability is not available on this server."
-
-
-class AnalysisRunWithoutSeries(ApplicationError):
-    """The analysis run has no series to read (it failed, or has not finished): answered explicitly, so
-    an empty result never reads as "the scenario had no effect"."""
-
-    code = "ANALYSIS_RUN_HAS_NO_SERIES"
-    http_status = 409
-    default_message = "This analysis run has no series; get_analysis_run shows its status."
 
 
 class ToolNotInContext(PermissionDenied):
@@ -144,7 +122,7 @@ class ToolNotInContext(PermissionDenied):
     default_message = "This tool is not available in this context."
 
 
-# --- investigation evidence (SPEC §8, R-EVID) -----------------------------------------------------
+# --- investigation runs (SPEC §8) ---------------------------------------------------------------
 
 
 class RunSuperseded(RunNotCurrent):
@@ -153,51 +131,3 @@ class RunSuperseded(RunNotCurrent):
 
     code = "RUN_SUPERSEDED"
     default_message = "The task run was superseded by a newer run; nothing was saved. Bind the current run."
-
-
-class RequestKeyRequired(InvalidParameter):
-    """A task-purpose call without ``_meta["cn.tjwater/requestKey"]`` (or with an unusable one). The MCP
-    edge answers it as a JSON-RPC -32602 naming the key (a protocol-level client error, not a result)."""
-
-    code = "REQUEST_KEY_REQUIRED"
-    meta_key = "cn.tjwater/requestKey"
-    default_message = 'Calls in an investigation context need _meta["cn.tjwater/requestKey"] (1-200 characters).'
-
-
-class RequestKeyReused(ApplicationError):
-    """The request key was already used in this session and run for a different tool or parameters
-    (R-EVID-2): a retry must repeat the call exactly; a new call needs a new key."""
-
-    code = "REQUEST_KEY_REUSED"
-    http_status = 409
-    default_message = "This request key was already used for a different call; use a new request key."
-
-
-class RequestInProgress(ApplicationError):
-    """Another call with the same request key is still running and did not finish while this one
-    waited; retrying the same call later returns its saved evidence."""
-
-    code = "REQUEST_IN_PROGRESS"
-    http_status = 409
-    retryable = True
-    default_message = "A call with this request key is still running; retry the same call shortly."
-
-
-class EvidenceNotSaved(ApplicationError):
-    """Saving the evidence failed, so the call failed (R-EVID-1: never "success now, evidence later").
-    The receipt is released: the same call with the same request key may be retried."""
-
-    code = "EVIDENCE_NOT_SAVED"
-    http_status = 503
-    retryable = True
-    default_message = "The result could not be saved as evidence, so it is not returned; retry the same call."
-
-
-class McpDisabled(ApplicationError):
-    """An operator turned the MCP entry off (``manage.py mcp_entry off``, seed 001 rollback): no new
-    bindings, no calls. Retrying will not help until an operator turns it back on."""
-
-    code = "MCP_DISABLED"
-    http_status = 503
-    retryable = False
-    default_message = "The MCP entry is turned off on this server; retrying will not help."

@@ -241,6 +241,14 @@ def project_delete(*, slug: str, actor: Actor, reason: str, including_evidence: 
             context_revoke(context_ids=active[start : start + MAX_REVOKE_BATCH], actor=actor, reason="project deleted")
         )
     counts = {"contexts_revoked": revoked, **guarded}
-    _audit(AccessEvent.Action.PROJECT_DELETED, actor=actor, project=project, slug=slug, reason=reason[:500], **counts)
+    _audit(
+        AccessEvent.Action.PROJECT_DELETED,
+        actor=actor,
+        project=project,
+        principal=None,
+        slug=slug,
+        reason=reason[:500],
+        **counts,
+    )
     Project.objects.filter(pk=project.pk).delete()
     return counts

@@ -112,7 +112,8 @@ def member_scope(*, token: VerifiedToken, project_slug: str) -> QueryScope:
     )
 
 
-class BearerJwtScheme(OpenApiAuthenticationExtension):
+# drf-spectacular's OpenApiExtension.__init_subclass__ has no annotations (third-party, untyped).
+class BearerJwtScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     """OpenAPI security scheme of the REST API: a bearer JWT from the trusted issuer (RFC 6750)."""
 
     target_class = "contexts.rest.ApiBearerAuthentication"
@@ -122,7 +123,7 @@ class BearerJwtScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
 
 
-class ContextBearerJwtScheme(BearerJwtScheme):
+class ContextBearerJwtScheme(BearerJwtScheme):  # type: ignore[no-untyped-call]  # as BearerJwtScheme
     """The context API's bearer JWT (the MCP audience, scope ``mcp.context.bind``)."""
 
     target_class = "contexts.authentication.BearerTokenAuthentication"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -113,16 +113,19 @@ def context_handle_acceptable(handle: object) -> bool:
     return isinstance(handle, str) and bool(handle) and len(handle) <= MAX_HANDLE_CHARS and handle.isascii()
 
 
-def context_row_query(handle: str) -> QuerySet[QueryContext]:
+def context_row_query(handle: str) -> QuerySet[QueryContext, dict[str, Any]]:
     """The one statement of a resolution: the binding's row for ``handle`` (sliced: ``handle_hash`` is
     unique, and the LIMIT avoids the ORDER BY that ``.first()`` adds)."""
     return context_row_query_by_hash(hash_handle(handle))
 
 
-def context_row_query_by_hash(handle_hash: str) -> QuerySet[QueryContext]:
+def context_row_query_by_hash(handle_hash: str) -> QuerySet[QueryContext, dict[str, Any]]:
     """``context_row_query`` for an already hashed handle (the MCP hot path compiles this once as a
     template and binds only the hash per call)."""
-    return QueryContext.objects.filter(handle_hash=handle_hash).values(*CONTEXT_ROW_FIELDS)[:1]  # type: ignore[return-value]
+    rows: QuerySet[QueryContext, dict[str, Any]] = QueryContext.objects.filter(handle_hash=handle_hash).values(
+        *CONTEXT_ROW_FIELDS
+    )
+    return rows[:1]
 
 
 def check_context(row: ContextRow | None, *, token: VerifiedToken, now: datetime) -> QueryScope:

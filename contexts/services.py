@@ -3,7 +3,8 @@
 Writes (``context_create``, ``context_revoke``, ``context_revoke_owned``, ``contexts_revoke_stale``,
 ``contexts_purge``) are one function per state change, each atomic and writing its audit row in the same
 transaction. The per-call read (``resolve_context`` and the checks it shares with the MCP hot path) is in
-``contexts.selectors``.
+``contexts.selectors``, the task-run checks of a binding in ``contexts.run_checks``, and which tools a
+context gets in ``contexts.grants``.
 
 The REST view, the admin action, the Celery tasks and the manage.py command all call these functions.
 Handles are never logged and never stored: only their SHA-256 is.
@@ -29,8 +30,6 @@ from contexts.errors import (
     InvalidParameter,
     NotFound,
     ProjectContextRequired,
-    RunNotCurrent,
-    RunSuperseded,
 )
 from contexts.models import (
     TASK_PURPOSES,
@@ -40,11 +39,10 @@ from contexts.models import (
     Membership,
     QueryContext,
     Task,
-    TaskReport,
     TaskRun,
 )
+from contexts.run_checks import bind_task, check_purpose_fields, pinned_revision
 from contexts.selectors import MAX_HANDLE_CHARS, hash_handle
-from tjwater.registry import TOOLS
 
 if TYPE_CHECKING:
     from contexts.tokens import VerifiedToken
@@ -101,20 +99,6 @@ class StaleRevocation:
         return self.run_superseded + self.lease_lapsed + self.membership_removed
 
 
-# --- the tool catalog ----------------------------------------------------------------------------
-
-
-def tool_catalog() -> tuple[dict[str, frozenset[str]], frozenset[str]]:
-    """The live tool catalog for binding: (tool → required permissions, task-scoped tools), read from the
-    project's tool registry (``tjwater.registry.TOOLS``: the apps register their families into it, so
-    ``contexts`` never names a higher app's modules), narrowed by ``TJWATER_MCP_EXPOSED_TOOLS`` when set."""
-    catalog = TOOLS.permission_catalog()
-    exposed = frozenset(settings.TJWATER_MCP_EXPOSED_TOOLS)
-    if exposed:
-        catalog = {name: required for name, required in catalog.items() if name in exposed}
-    return catalog, TOOLS.task_scoped()
-
-
 # --- create ----------------------------------------------------------------------------------------
 
 
@@ -152,7 +136,7 @@ def context_create(
         raise InvalidParameter("Unknown purpose.", details={"purpose": purpose})
     if not session_id:
         raise InvalidParameter("session_id is required.", details={"field": "session_id"})
-    _check_purpose_fields(
+    check_purpose_fields(
         purpose=purpose,
         task_id=task_id,
         run_id=run_id,
@@ -181,7 +165,7 @@ def context_create(
     run: TaskRun | None = None
     execution_request: ExecutionRequest | None = None
     if purpose in TASK_PURPOSES:
-        task, run, execution_request = _bind_task(
+        task, run, execution_request = bind_task(
             project_id=membership.project_id,
             principal_id=membership.principal_id,
             purpose=purpose,
@@ -192,7 +176,7 @@ def context_create(
             parent_session_id=parent_session_id or "",
             now=now,
         )
-        report_revision = _pinned_revision(task, report_revision)
+        report_revision = pinned_revision(task, report_revision)
 
     tools = access.tools_for_binding(
         catalog=catalog, permissions=membership.permissions, purpose=purpose, task_scoped=task_scoped
@@ -245,17 +229,6 @@ def context_create(
     )
 
 
-def _pinned_revision(task: Task, report_revision: int | None) -> int | None:
-    """The report revision a task binding pins: the one asked for, which must be a revision of the bound
-    task (of another task, or none at all, is "not found" — the field is named), else the newest."""
-    revisions = TaskReport.objects.filter(task=task)
-    if report_revision is None:
-        return revisions.order_by("-revision").values_list("revision", flat=True).first()
-    if not revisions.filter(revision=report_revision).exists():
-        raise NotFound("No such report revision of this task.", details={"field": "report_revision"})
-    return report_revision
-
-
 def _require_context_room(membership: Membership, now: datetime) -> None:
     """R-CTX: at most ``TJWATER_CONTEXT_MAX_LIVE`` live contexts per principal × project. The membership
     row is locked first (``FOR UPDATE``, inside the binding's transaction), so concurrent binds of one
@@ -275,124 +248,6 @@ def _require_context_room(membership: Membership, now: datetime) -> None:
             "uses (DELETE /api/v1/mcp-query-contexts/{handle}) or wait for them to expire.",
             details={"live_contexts": live, "max_live_contexts": cap},
         )
-
-
-def _check_purpose_fields(
-    *,
-    purpose: str,
-    task_id: int | None,
-    run_id: int | None,
-    execution_request_id: str | None,
-    parent_session_id: str | None,
-    report_revision: int | None = None,
-) -> None:
-    """Each purpose names exactly the task fields it needs; anything else is a client error.
-    ``report_revision`` is optional for both task purposes and refused for ordinary chat."""
-    given = {
-        "task_id": task_id is not None,
-        "run_id": run_id is not None,
-        "execution_request_id": bool(execution_request_id),
-        "parent_session_id": bool(parent_session_id),
-        "report_revision": report_revision is not None,
-    }
-    required: set[str]
-    allowed: set[str]
-    if purpose == ContextPurpose.ORDINARY_CHAT:
-        required, allowed = set(), set()
-    elif purpose == ContextPurpose.TASK_EXECUTION:
-        required = {"task_id", "run_id", "execution_request_id"}
-        allowed = required | {"report_revision"}
-    else:
-        required = {"task_id", "parent_session_id"}
-        allowed = required | {"run_id", "report_revision"}
-    missing = sorted(f for f in required if not given[f])
-    unexpected = sorted(f for f, present in given.items() if present and f not in allowed)
-    if missing or unexpected:
-        raise InvalidParameter(
-            f"Purpose {purpose} needs exactly: {', '.join(sorted(required)) or 'no task fields'}.",
-            details={"missing": missing, "unexpected": unexpected},
-        )
-
-
-def _bind_task(
-    *,
-    project_id: int,
-    principal_id: int,
-    purpose: str,
-    session_id: str,
-    task_id: int | None,
-    run_id: int | None,
-    execution_request_id: str | None,
-    parent_session_id: str,
-    now: datetime,
-) -> tuple[Task, TaskRun, ExecutionRequest | None]:
-    """Resolve and check the task, its current run, the lease and the execution request, every lookup
-    scoped by the project (and task) so an id from another project is "not found". An investigation
-    belongs to its runs' owner (``contexts.access.owns_run``): a principal that owns no run of the task
-    gets the same ``NotFound`` as for a task that does not exist, before any other check can tell the
-    two apart; a named run it does not own is "not found" too."""
-    task = Task.objects.filter(pk=task_id, project_id=project_id).first()
-    owned = (
-        TaskRun.objects.filter(task=task, owner_id=principal_id).values_list("pk", flat=True)
-        if task is not None
-        else []
-    )
-    owned_ids = frozenset(owned)
-    if task is None or not owned_ids:
-        raise access.task_not_found()
-    current = TaskRun.objects.filter(task=task, superseded_at__isnull=True).first()
-    if run_id is not None and run_id not in owned_ids:
-        raise access.task_not_found()
-    if run_id is not None and (current is None or run_id != current.pk):
-        raise RunNotCurrent("The run is not the task's current run.")
-    if current is None:
-        raise RunNotCurrent("The task has no current run.")
-    if not access.owns_run(run_owner_id=current.owner_id, principal_id=principal_id):
-        raise RunNotCurrent("The task's current run belongs to another principal.")
-    lease_session = session_id if purpose == ContextPurpose.TASK_EXECUTION else parent_session_id
-    if not _lease_held(current, lease_session, now):
-        raise RunNotCurrent("The run's lease is not held by this session.")
-    execution_request: ExecutionRequest | None = None
-    if purpose == ContextPurpose.TASK_EXECUTION:
-        execution_request = ExecutionRequest.objects.filter(request_id=execution_request_id, run=current).first()
-        if execution_request is None:
-            raise NotFound("No such execution request for this run.")
-    return task, current, execution_request
-
-
-def _lease_held(run: TaskRun, session: str, now: datetime) -> bool:
-    return (
-        bool(session)
-        and run.lease_holder == session
-        and run.lease_expires_at is not None
-        and (run.lease_expires_at > now)
-    )
-
-
-def require_run_current(*, context_id: int, now: datetime | None = None, lock: bool = False) -> TaskRun:
-    """R-CTX-3 / R-EVID-3 for one task context by itself: its run is still the current run of its task
-    and the lease is held, unexpired, by the binding's session (``task_reader``: the parent session) —
-    the run checks of ``resolve_context``, in one query. With ``lock`` (inside the caller's transaction)
-    the run row is read ``FOR SHARE``: a supersession (an UPDATE of that row) waits until the caller
-    commits, so what the caller writes in that transaction was written while the run was current.
-    Raises ``RunSuperseded`` when the run was superseded, ``RunNotCurrent`` otherwise."""
-    run_table, context_table = TaskRun._meta.db_table, QueryContext._meta.db_table
-    sql = (
-        f"SELECT r.*, c.purpose AS binding_purpose, c.session_id AS binding_session, "
-        f"c.parent_session_id AS binding_parent_session, c.task_id AS binding_task_id "
-        f"FROM {context_table} c JOIN {run_table} r ON r.id = c.run_id WHERE c.id = %s"
-    ) + (" FOR SHARE OF r" if lock else "")
-    run = next(iter(TaskRun.objects.raw(sql, [context_id])), None)
-    if run is None or run.binding_purpose not in TASK_PURPOSES or run.task_id != run.binding_task_id:
-        raise RunNotCurrent()
-    if run.superseded_at is not None:
-        raise RunSuperseded()
-    lease_session = (
-        run.binding_session if run.binding_purpose == ContextPurpose.TASK_EXECUTION else run.binding_parent_session
-    )
-    if not _lease_held(run, lease_session, now or timezone.now()):
-        raise RunNotCurrent()
-    return run
 
 
 def _owned_by(context: QueryContext, token: VerifiedToken) -> bool:

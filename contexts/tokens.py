@@ -157,7 +157,7 @@ class ValidatorConfig:
     # key its entries are signed with (SECRET_KEY; without one nothing is shared).
     shared_cache_url: str = ""
     shared_cache_secret: str = ""
-    shared_cache_fallback_secrets: Sequence[str] = ()
+    shared_cache_fallback_secrets: Sequence[str | bytes] = ()
     token_cache_size: int = TOKEN_CACHE_SIZE
     token_cache_max_s: float = TOKEN_CACHE_MAX_S
 

@@ -7,7 +7,7 @@ allows evidence (``ToolSpec.evidence_allowed``):
    (``RequestKeyRequired``, answered -32602 by the MCP edge); the parameters are canonicalized (RFC 8785,
    without ``context_handle``) and hashed.
 2. ``claim`` (short, autocommit) — the run is still current and its lease valid
-   (``contexts.services.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
+   (``contexts.run_checks.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
    receipt. The unique key (principal, project, session, task, run, request key) decides the one owner.
    A duplicate finds the existing receipt: other tool/parameters → ``RequestKeyReused``; ``complete`` →
    the saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over
@@ -24,9 +24,8 @@ allows evidence (``ToolSpec.evidence_allowed``):
 ``ordinary_chat`` calls, and tools that do not save evidence, just run ``execute``. Nothing a client
 sends can make a result evidence: snapshots are written only here, from what ``execute`` returned.
 
-Entry points: ``run_with_evidence`` (async: the DB steps in worker threads) and
-``run_with_evidence_sync`` (REST, Celery, tests, or inside an MCP worker thread), built on the step
-functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver may also call itself.
+Entry point: ``run_with_evidence`` (async: the DB steps in worker threads; the MCP edge), built on the
+step functions ``prepare`` / ``claim`` / ``complete`` / ``abandon``, which a driver may also call itself.
 """
 
 from __future__ import annotations
@@ -47,18 +46,11 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from contexts.errors import (
-    EvidenceNotSaved,
-    InvalidParameter,
-    RequestInProgress,
-    RequestKeyRequired,
-    RequestKeyReused,
-    RunNotCurrent,
-    RunSuperseded,
-)
+from contexts.errors import InvalidParameter, RunNotCurrent, RunSuperseded
 from contexts.models import TASK_PURPOSES, ContextPurpose, QueryContext, TaskRun
+from contexts.run_checks import require_run_current
 from contexts.scope import QueryScope
-from contexts.services import require_run_current
+from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
 from queries.registry import ToolSpec
 from tjwater import metrics, telemetry
@@ -78,17 +70,12 @@ POLL_MAX_S = 0.2
 ADDED_KEYS = ("evidence_id", "evidence_uri")
 
 
-class EvidenceCallCancelled(Exception):
-    """The call was cancelled after its query finished but before its evidence was saved: nothing was
-    saved (R-PROTO-6), the receipt was released."""
-
-
 def evidence_uri(evidence_id: object) -> str:
     """The resource URI of a snapshot (R-EVID-4): names the evidence, never a handle or token."""
     return f"{EVIDENCE_URI_PREFIX}{evidence_id}"
 
 
-def canonical_json(value: object) -> bytes:
+def canonical_json(value: Any) -> bytes:
     """RFC 8785 (JCS) canonical form. A value outside the I-JSON domain (an integer beyond 2^53, NaN)
     cannot be canonicalized: for parameters that is the caller's error."""
     try:
@@ -120,6 +107,10 @@ class EvidenceCall:
     """One task-purpose call on its way through the steps."""
 
     scope: QueryScope
+    # The scope's binding, present for a task-purpose call (checked in ``prepare``).
+    context_id: int
+    task_id: int
+    run_id: int
     tool: str
     source: str
     params: dict[str, Any]
@@ -159,6 +150,9 @@ def prepare(
     params_json = canonical_json(params)  # once: hashed here, saved by ``complete``
     return EvidenceCall(
         scope=scope,
+        context_id=scope.context_id,
+        task_id=scope.task_id,
+        run_id=scope.run_id,
         tool=tool.name,
         source=tool.source,
         params=params,
@@ -234,7 +228,7 @@ def claim(call: EvidenceCall) -> Claim:
     """Step 2 (autocommit, a few milliseconds): check the run, then take the receipt or find out who has
     it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
     scope = call.scope
-    require_run_current(context_id=scope.context_id)  # type: ignore[arg-type]  # checked in prepare
+    require_run_current(context_id=call.context_id)
     with connection.cursor() as cursor:
         cursor.execute(
             _CLAIM_SQL,
@@ -242,8 +236,8 @@ def claim(call: EvidenceCall) -> Claim:
                 scope.principal_id,
                 scope.project_id,
                 scope.session_id,
-                scope.task_id,
-                scope.run_id,
+                call.task_id,
+                call.run_id,
                 call.request_key,
                 call.tool,
                 call.params_hash,
@@ -258,8 +252,8 @@ def claim(call: EvidenceCall) -> Claim:
             principal_id=scope.principal_id,
             project_id=scope.project_id,
             session_id=scope.session_id,
-            task_id=scope.task_id,
-            run_id=scope.run_id,
+            task_id=call.task_id,
+            run_id=call.run_id,
             request_key=call.request_key,
         )
         .values("id", "tool", "params_hash", "state", "snapshot_id")
@@ -321,13 +315,13 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
             cursor.execute(
                 _SAVE_SQL,
                 {
-                    "context": scope.context_id,
+                    "context": call.context_id,
                     "snapshot": snapshot_id,
                     "receipt": call.receipt_id,
                     "attempt": call.attempt,
                     "project": scope.project_id,
-                    "task": scope.task_id,
-                    "run": scope.run_id,
+                    "task": call.task_id,
+                    "run": call.run_id,
                     "principal": scope.principal_id,
                     "permissions": call.required_permissions,
                     "tool": call.tool,
@@ -362,7 +356,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
             "evidence not saved tool=%s project=%s run=%s error_class=%s",
             call.tool,
             scope.project_id,
-            scope.run_id,
+            call.run_id,
             type(exc).__name__,
         )
         _release_quietly(call)
@@ -373,8 +367,8 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
         snapshot_id,
         call.tool,
         scope.project_id,
-        scope.task_id,
-        scope.run_id,
+        call.task_id,
+        call.run_id,
         len(body),
     )
     return _with_evidence_id(data, snapshot_id)
@@ -394,53 +388,11 @@ def _release_quietly(call: EvidenceCall) -> None:
 
 
 def _wait_budget_s() -> float:
-    return settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S
+    budget_s: float = settings.TJWATER_MCP_QUERY_BUDGET_S
+    return budget_s + STALE_GRACE_S
 
 
 # --- sync ------------------------------------------------------------------------------------------
-
-
-def run_with_evidence_sync(
-    *,
-    scope: QueryScope,
-    tool: ToolSpec,
-    arguments: Mapping[str, Any],
-    meta: Mapping[str, Any] | None,
-    execute: Callable[[], dict[str, Any]],
-    is_cancelled: Callable[[], bool] | None = None,
-    required_permissions: Collection[str] | None = None,
-) -> dict[str, Any]:
-    """The whole flow on this thread's database connection (see the module docstring). ``execute`` runs
-    the query and returns the structured result; it is called at most once, and not at all when an
-    identical earlier call's evidence answers this one. ``is_cancelled`` (optional) is asked after the
-    query: a cancelled call saves nothing and raises ``EvidenceCallCancelled``. Must not run inside a
-    transaction of the caller."""
-    if not saves_evidence(scope, tool):
-        return execute()
-    call = prepare(scope=scope, tool=tool, arguments=arguments, meta=meta, required_permissions=required_permissions)
-    deadline = time.monotonic() + _wait_budget_s()
-    delay = POLL_FIRST_S
-    while True:
-        outcome = claim(call)
-        if outcome.kind == "done":
-            return outcome.result  # type: ignore[return-value]  # "done" carries the result
-        if outcome.kind == "run":
-            break
-        if time.monotonic() > deadline:
-            raise RequestInProgress()
-        if not connection.in_atomic_block:
-            connection.close()  # back to the pool while waiting: the owner needs connections too
-        time.sleep(delay)
-        delay = min(delay * 2, POLL_MAX_S)
-    try:
-        structured = execute()
-    except BaseException:
-        abandon(call)
-        raise
-    if is_cancelled is not None and is_cancelled():
-        abandon(call)
-        raise EvidenceCallCancelled
-    return complete(call, structured)
 
 
 # --- async -----------------------------------------------------------------------------------------
@@ -501,17 +453,21 @@ async def run_with_evidence(
                 await _in_thread(abandon, call)
         raise
     with anyio.CancelScope(shield=True):
-        return await _in_thread(complete, call, structured)
+        saved = await _in_thread(complete, call, structured)
+    return saved  # noqa: RET504 - after the block: CancelScope.__exit__ may swallow, as mypy knows
 
 
 def heartbeat_interval_s() -> float:
     """How often a running call touches its pending receipt: three beats per stale window, so a live
     call's receipt is never old enough to be taken over however long its plan (several statements,
     slot waits) runs."""
-    return max(0.2, (settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S) / 3)
+    budget_s: float = settings.TJWATER_MCP_QUERY_BUDGET_S
+    return max(0.2, (budget_s + STALE_GRACE_S) / 3)
 
 
 def _beat(call: EvidenceCall) -> None:
+    if call.receipt_id is None:  # not claimed: nothing to keep fresh
+        return
     QueryReceipt.objects.filter(pk=call.receipt_id, attempt=call.attempt, state=QueryReceipt.State.PENDING).update(
         updated_at=timezone.now()
     )

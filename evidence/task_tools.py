@@ -261,6 +261,7 @@ def _sample_page(whole: dict[str, Any], *, data_path: list[str], offset: int, li
     items, chars, _, _ = _page_params(offset, limit)
     if node is None:
         return {"kind": None, "part": None, "total": None, "part_bytes": None}
+    part: Any
     if isinstance(node, list):
         kind, total = "array", len(node)
         part = [_element(v, [*data_path, str(i)]) for i, v in enumerate(node[offset : offset + items], offset)]
@@ -426,10 +427,14 @@ def get_task_context(
         # The binding's pinned revision (issue 23 item 8); a context bound before revisions were pinned
         # reads the newest revision that existed when it was bound, as it always did.
         at_bind = reports.filter(created_at__lte=OuterRef("created_at")).order_by("-revision").values("revision")[:1]
-        bound = yield (
-            QueryContext.objects.filter(pk=scope.context_id)
-            .annotate(at_bind=Subquery(at_bind))
-            .values("report_revision", "at_bind")[:1]
+        bound = (
+            (
+                yield QueryContext.objects.filter(pk=scope.context_id)
+                .annotate(at_bind=Subquery(at_bind))
+                .values("report_revision", "at_bind")[:1]
+            )
+            if scope.context_id is not None
+            else []  # no binding row to read (as the lookup of a null primary key finds none)
         )
         pinned = bound[0]["report_revision"] if bound else None
         revision = pinned if pinned is not None else (bound[0]["at_bind"] if bound else None)

@@ -14,7 +14,7 @@ the receipt claimed before the query, keyed by ``_meta["cn.tjwater/requestKey"]`
 before the result is returned; its reply is ``evidence_call_result``).
 
 No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query)
-and 2 Redis round trips (acquire, release) per one-statement tool.
+and at most 1 Redis round trip (the acquire; none when the tenant's idle slot is reused) per one-statement tool.
 """
 
 from __future__ import annotations
@@ -35,16 +35,10 @@ from pydantic import BaseModel
 from referencing.exceptions import Unresolvable
 
 from contexts import access
-from contexts.errors import (
-    ApplicationError,
-    ContextInvalid,
-    InvalidParameter,
-    RateLimited,
-    RequestKeyRequired,
-    ToolNotInContext,
-)
+from contexts.errors import ApplicationError, ContextInvalid, InvalidParameter, RateLimited, ToolNotInContext
 from contexts.scope import QueryScope
 from contexts.tokens import VerifiedToken
+from evidence.errors import RequestKeyRequired
 from evidence.services import run_with_evidence, saves_evidence
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.errors import (
@@ -59,7 +53,7 @@ from mcp_app.errors import (
 from mcp_app.executor import Execution, run_plan
 from mcp_app.inline import cut_summary, fit_inline, json_size
 from mcp_app.limits import ConcurrencyLimiter
-from mcp_app.pool import ConnectionLease, QueryDatabase
+from mcp_app.pool import CallConnection, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 from mcp_app.resources import (
     check_cursor,
@@ -156,7 +150,7 @@ class Dispatcher:
         call = _Call()
         outcome = "ok"
         rows = 0
-        lease = self.db.lease()
+        call_conn = self.db.call_connection()
         handle = args.get("context_handle")
         # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
         # the critical path), when an earlier call of this handle *with this token identity* named the
@@ -164,7 +158,7 @@ class Dispatcher:
         early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
         try:
             try:
-                scope = await resolve_scope_async(token=token, handle=handle, fetch=lease.fetch)
+                scope = await resolve_scope_async(token=token, handle=handle, fetch=call_conn.fetch)
             except BaseException:
                 if early is not None:
                     await self._discard_slot(early)
@@ -190,7 +184,7 @@ class Dispatcher:
                     )
                 # R-EVID-1..3: the receipt is claimed before the query, the snapshot saved before the
                 # result is returned (an identical retry gets the saved snapshot, no new query).
-                await lease.release()  # the evidence step runs in worker threads: no connection held meanwhile
+                await call_conn.release()  # the evidence step runs in worker threads: no connection held meanwhile
 
                 async def execute() -> dict[str, Any]:
                     ran = await self._run(call, entry, scope, args, session if progress else None)
@@ -211,7 +205,7 @@ class Dispatcher:
             # A plain call's page is built only as far as it can be returned (``queries.fitting``); tools
             # whose items are read on with ``part`` need the whole page for that.
             with InlineBudget(None if entry.spec.item_parts else max_bytes) as budget:
-                result = await self._run(call, entry, scope, args, session if progress else None, lease, early)
+                result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
             dumped = result.model_dump(mode="json")
             if budget.stopped and json_size(dumped) <= max_bytes:
                 # Presented, the items built fit after all (unit scaling shortened numbers): the page
@@ -249,14 +243,14 @@ class Dispatcher:
             return application_error_result(exc)
         except asyncio.CancelledError:
             outcome = "cancelled"
-            scope = call.scope
+            bound = call.scope
             audit.info(
                 "mcp call cancelled backend_cancel_sent=%s principal=%s project=%s task=%s run=%s tool=%s",
                 bool(call.execution and call.execution.cancel_sent),
-                scope.principal_id if scope else "-",
-                scope.project_id if scope else "-",
-                _task_id(scope),
-                _run_id(scope),
+                bound.principal_id if bound else "-",
+                bound.project_id if bound else "-",
+                _task_id(bound),
+                _run_id(bound),
                 name,
             )
             raise
@@ -268,14 +262,14 @@ class Dispatcher:
         finally:
             if early is not None:
                 await self._discard_slot(early)  # a path that neither used nor gave it back (no-op otherwise)
-            await lease.release()
-            scope = call.scope
+            await call_conn.release()
+            bound = call.scope
             logger.info(
                 "mcp call principal=%s project=%s task=%s run=%s tool=%s duration_ms=%.1f rows=%d outcome=%s",
-                scope.principal_id if scope else "-",
-                scope.project_slug if scope else "-",
-                _task_id(scope),
-                _run_id(scope),
+                bound.principal_id if bound else "-",
+                bound.project_slug if bound else "-",
+                _task_id(bound),
+                _run_id(bound),
                 name,
                 (time.monotonic() - started) * 1000,
                 rows,
@@ -289,7 +283,7 @@ class Dispatcher:
         scope: QueryScope,
         args: dict[str, Any],
         session: Any | None,
-        held: ConnectionLease | None = None,
+        held: CallConnection | None = None,
         early: EarlySlot | None = None,
     ) -> BaseModel:
         db = self.db
@@ -306,9 +300,9 @@ class Dispatcher:
             try:
                 if early is not None:
                     early.settled = True
-                    lease = await early.task  # RateLimited / DataSourceUnavailable as from acquire
+                    slot = await early.task  # RateLimited / DataSourceUnavailable as from acquire
                 else:
-                    lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+                    slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
             except BaseException:
                 if conn is not None:
                     await db.give_back(conn)
@@ -329,8 +323,8 @@ class Dispatcher:
             finally:
                 # The statement has stopped and the connection is back: the slot goes now. A finished
                 # call writes the release without waiting for the reply; a cancelled one waits for it.
-                if call.execution is None or call.execution.cancelled or not self.limiter.release_soon(lease):
-                    await self.limiter.release(lease)
+                if call.execution is None or call.execution.cancelled or not self.limiter.release_soon(slot):
+                    await self.limiter.release(slot)
         finally:
             db.give_tool_slot()
 
@@ -383,12 +377,12 @@ class Dispatcher:
         if not await self.db.take_tool_slot():
             raise ServerBusy("The server is at its query capacity; retry shortly.")
         try:
-            lease = await self.limiter.acquire(scope.principal_id, scope.project_id)
+            slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
             try:
                 yield
             finally:
-                if not self.limiter.release_soon(lease):
-                    await self.limiter.release(lease)
+                if not self.limiter.release_soon(slot):
+                    await self.limiter.release(slot)
         finally:
             self.db.give_tool_slot()
 

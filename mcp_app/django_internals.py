@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from django.db.models.query import (
+from django.db.models.query import (  # type: ignore[attr-defined]  # in Django 5.2, not in django-stubs
     FlatValuesListIterable,
     NamedValuesListIterable,
     ValuesIterable,
@@ -71,9 +71,11 @@ def iterable_class(queryset: QuerySet[Any]) -> type:
 
 def values_fields(queryset: QuerySet[Any]) -> tuple[str, ...] | None:
     """The field names given to ``.values()``/``.values_list()``, None for neither (or for all fields)."""
-    return queryset._fields
+    fields: tuple[str, ...] | None = queryset._fields  # type: ignore[attr-defined]  # not in django-stubs
+    return fields
 
 
 def prefetch_lookups(queryset: QuerySet[Any]) -> tuple[Any, ...]:
     """The queryset's ``prefetch_related()`` lookups (empty for none)."""
-    return queryset._prefetch_related_lookups
+    lookups: tuple[Any, ...] = queryset._prefetch_related_lookups  # type: ignore[attr-defined]  # not in django-stubs
+    return lookups

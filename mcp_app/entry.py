@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import anyio
 from django.db import connection, transaction
 
-from contexts.errors import InvalidParameter, McpDisabled
+from contexts.errors import InvalidParameter
 from contexts.models import QueryContext
 from contexts.services import MAX_REVOKE_BATCH, Actor, context_revoke
+from mcp_app.errors import McpDisabled
 from mcp_app.models import EntrySwitch
 
 logger = logging.getLogger("tjwater.mcp")

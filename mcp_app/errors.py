@@ -77,3 +77,13 @@ def application_error_result(exc: ApplicationError) -> types.CallToolResult:
 
 def internal_error_result() -> types.CallToolResult:
     return error_result("INTERNAL_ERROR", "The server failed to answer this call; it has been logged.", retryable=True)
+
+
+class McpDisabled(ApplicationError):
+    """An operator turned the MCP entry off (``manage.py mcp_entry off``, seed 001 rollback): no new
+    bindings, no calls. Retrying will not help until an operator turns it back on."""
+
+    code = "MCP_DISABLED"
+    http_status = 503
+    retryable = False
+    default_message = "The MCP entry is turned off on this server; retrying will not help."

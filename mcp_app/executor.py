@@ -54,8 +54,9 @@ import anyio
 import psycopg
 from psycopg.pq import ExecStatus
 
-from contexts.errors import DataSourceUnavailable, QueryTimeout
+from contexts.errors import DataSourceUnavailable
 from mcp_app.statement_cache import Compiled, StatementCompiler
+from queries.errors import QueryTimeout
 from queries.plan import Plan, remaining_ms
 from tjwater import metrics, telemetry
 

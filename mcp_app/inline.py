@@ -209,6 +209,7 @@ def _fit_part(
     offset = int(part.get("offset", 0))
     resolved = _resolve(structured, path)
     whole = _node(structured, resolved)
+    members: dict[str, Any] | list[Any] | str
     if isinstance(whole, dict):
         kind, members = "object", {k: whole[k] for k in sorted(whole)[offset:]}
     elif isinstance(whole, list):

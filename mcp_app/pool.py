@@ -1,5 +1,5 @@
 """The process's read-only query connections for ``/mcp`` (a psycopg ``AsyncConnectionPool`` with
-session-level read-only and budget), its tool-query slots, and one call's connection (``ConnectionLease``).
+session-level read-only and budget), its tool-query slots, and one call's connection (``CallConnection``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def register_postgis_types(conn: psycopg.Connection[Any] | psycopg.AsyncConnecti
     (None for a type the database lacks). Shared with the bench's floor (``scripts/bench_floor.py``),
     which runs the same statements on a plain psycopg connection."""
     from django.contrib.gis.db.backends.postgis.adapter import PostGISAdapter
-    from django.contrib.gis.db.backends.postgis.base import postgis_adapters
+
+    # Django defines it; django-stubs does not declare it.
+    from django.contrib.gis.db.backends.postgis.base import postgis_adapters  # type: ignore[attr-defined]
     from psycopg.types.string import TextBinaryLoader, TextLoader
 
     oids = []
@@ -182,9 +184,9 @@ class QueryDatabase:
         with anyio.CancelScope(shield=True):
             await self.pool.putconn(conn)
 
-    def lease(self) -> ConnectionLease:
-        """A connection for one call, checked out by its first statement (``ConnectionLease``)."""
-        return ConnectionLease(self)
+    def call_connection(self) -> CallConnection:
+        """A connection for one call, checked out by its first statement (``CallConnection``)."""
+        return CallConnection(self)
 
     async def fetch(self, statement: Statement | Compiled) -> Any:
         """Run one statement (e.g. the context resolution) on a pooled connection."""
@@ -196,7 +198,7 @@ class QueryDatabase:
             await self.give_back(execution.conn)
 
 
-class ConnectionLease:
+class CallConnection:
     """One call's pooled connection: checked out by the first statement (the context resolution), kept
     for the tool query when a tool slot is free at once (one checkout per call instead of two), and
     given back by ``release`` (idempotent). A call that must wait for a slot gives it back first, so the
@@ -234,7 +236,7 @@ def warm_django_connection() -> None:
     (server and PostGIS versions), so the event loop never opens a Django connection."""
     wrapper = connections[DB_ALIAS]
     try:
-        _ = wrapper.pg_version
+        _ = wrapper.pg_version  # type: ignore[attr-defined]  # the PostgreSQL wrapper's; stubs type the base
         ops = wrapper.ops
         if hasattr(ops, "spatial_version"):
             _ = ops.spatial_version

@@ -87,8 +87,10 @@ def _rpc(
 def reply_of(response: httpx2.Response) -> dict[str, Any]:
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
-        return json.loads(data[-1]) if data else {}
-    return response.json()
+        reply: dict[str, Any] = json.loads(data[-1]) if data else {}
+        return reply
+    body: dict[str, Any] = response.json()
+    return body
 
 
 def _http_failure(name: str, response: httpx2.Response) -> Check:

@@ -18,7 +18,7 @@ from contexts.errors import ContextInvalid, ProjectContextRequired
 from contexts.scope import QueryScope
 from contexts.selectors import check_context, context_handle_acceptable, context_row_query_by_hash, hash_handle
 from contexts.tokens import VerifiedToken
-from mcp_app.statement_cache import Template
+from mcp_app.statement_cache import CompiledFactory
 from tjwater import telemetry
 
 # Where ``resources/read`` carries the handle (R-CTX-6: the application namespace of ``_meta``).
@@ -36,15 +36,15 @@ def _handle(value: object, missing: str | None = None) -> str:
     return value
 
 
-_TEMPLATE: Template | None = None
+_ROW_SQL: CompiledFactory | None = None
 
 
-def _row_template() -> Template:
+def _row_sql() -> CompiledFactory:
     """``context_row_query`` compiled once per process (the ORM builds and compiles it only here)."""
-    global _TEMPLATE
-    if _TEMPLATE is None:
-        _TEMPLATE = Template(context_row_query_by_hash, "0" * 64)
-    return _TEMPLATE
+    global _ROW_SQL
+    if _ROW_SQL is None:
+        _ROW_SQL = CompiledFactory(context_row_query_by_hash, "0" * 64)
+    return _ROW_SQL
 
 
 #: Runs one plan statement and returns its rows (``mcp_app.pool.QueryDatabase.fetch``).
@@ -56,12 +56,12 @@ async def resolve_scope_async(
     *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
 ) -> QueryScope:
     """``contexts.selectors.resolve_context`` on the event loop: the same statement (``context_row_query``,
-    compiled once as a ``Template``) run through the MCP driver, then the same checks (``check_context``);
+    compiled once as a ``CompiledFactory``) run through the MCP driver, then the same checks (``check_context``);
     the row is re-read from PostgreSQL on every call, never cached (R-CTX-3). No handle →
     ``ProjectContextRequired`` (``missing`` is its message). Which tools the scope may call is decided by
     the caller with ``contexts.access`` (one check per call)."""
     value = _handle(handle, missing)
     if not context_handle_acceptable(value):
         raise ContextInvalid()
-    rows = await fetch(_row_template().bind(hash_handle(value)))
+    rows = await fetch(_row_sql().bind(hash_handle(value)))
     return check_context(rows[0] if rows else None, token=token, now=timezone.now())

@@ -31,7 +31,7 @@ from mcp_types.jsonrpc import INVALID_PARAMS
 
 from contexts.scope import QueryScope
 from evidence import reads
-from evidence.task_tools import MAX_ITEMS
+from evidence.task_tools import MAX_ITEMS, PAGE_CEILING_BYTES
 from mcp_app import inline
 from mcp_app.errors import resource_internal_error, resource_not_found
 from queries.registry import ToolSpec
@@ -134,7 +134,7 @@ async def read_evidence_resource(scope: QueryScope, uri: str) -> types.ReadResou
             {
                 "evidence_id": info.evidence_id,
                 "truncated": True,
-                "reason": f"The document is {info.byte_size} bytes, over the {reads.PAGE_CEILING_BYTES}-byte "
+                "reason": f"The document is {info.byte_size} bytes, over the {PAGE_CEILING_BYTES}-byte "
                 "ceiling for a whole transfer; page it with get_task_evidence.",
                 "byte_size": info.byte_size,
                 "sha256": info.sha256,
@@ -166,7 +166,9 @@ def _cut_items(structured: dict[str, Any], max_bytes: int) -> dict[str, Any] | N
     cut), pointing at the rest of the saved evidence (``get_task_evidence`` on ``["data", "items"]``);
     ``None`` if there is nothing to cut."""
     data = structured.get("data")
-    items = data.get("items") if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    items = data.get("items")
     if not isinstance(items, list) or not items:
         return None
     evidence_id = structured["evidence_id"]

@@ -23,7 +23,7 @@ argument set it rejects goes to jsonschema, which decides and names the failing 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 Check = Callable[[Any], bool]
@@ -89,7 +89,7 @@ def compile_schema(schema: Any) -> Check:
 
 
 #: minLength/maxLength (strings) and minItems/maxItems (arrays): (the type they apply to, lower bound?).
-_SIZE_KEYWORDS: dict[str, tuple[type, bool]] = {
+_SIZE_KEYWORDS: dict[str, tuple[type[Sized], bool]] = {
     "minLength": (str, True),
     "maxLength": (str, False),
     "minItems": (list, True),

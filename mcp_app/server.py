@@ -106,7 +106,8 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
         # tools/list handler on every call (SDK_NOTES "Performance").
         get_tool_input_schema=catalog.input_schema,
         on_list_tools=list_tools,
-        on_call_tool=call_tool,
+        # The SDK's runner sends a dict result as it is (mcp/server/runner.py); its handler type names models only.
+        on_call_tool=call_tool,  # type: ignore[arg-type]
         on_list_resources=list_resources,
         on_list_resource_templates=list_resource_templates,
         on_read_resource=read_resource,

@@ -35,7 +35,7 @@ class _NotCacheable(Exception):
 
 def _sentinel_like(value: Any, n: int, family: int = 0, avoid: frozenset[Any] = frozenset()) -> Any:
     """A sentinel of ``value``'s type (and, for a datetime, its time zone), from one of three families
-    (``Template``): 0 large, 1 negative or far in the other direction, 2 small — never a value in
+    (``CompiledFactory``): 0 large, 1 negative or far in the other direction, 2 small — never a value in
     ``avoid``."""
     sentinel = _sentinel(type(value), n, family, avoid)
     if type(value) is datetime:

@@ -9,8 +9,8 @@ nothing the key does not describe can vary); anything the walker does not unders
 subqueries, GIS lookups, annotations other than plain SQL functions of columns such as ``ST_X(geom)``…) is
 compiled on every call, which is always correct. LIMIT/OFFSET, which Django inlines as literals, are bound
 as parameters instead, so every page of a collection shares one shape and one prepared plan. Rows come out
-identical to ``run_sync``'s: the compiler's row converters are applied (geometries, JSON, …). ``Template``:
-a factory's fixed statement (the context resolution, ``get_element_properties``), proved once against
+identical to ``run_sync``'s: the compiler's row converters are applied (geometries, JSON, …). ``CompiledFactory``:
+a statement factory's SQL (the context resolution, ``get_element_properties``), proved once against
 sentinel examples, then only bound.
 """
 
@@ -83,7 +83,7 @@ class _Shape:
         converters = self.converters
         n = self.col_count
         for record in raw:
-            row = list(record[:n]) if converters or len(record) != n else record
+            row: Any = list(record[:n]) if converters or len(record) != n else record  # converted in place
             for pos, convs, expression in converters:
                 value = row[pos]
                 for converter in convs:
@@ -173,7 +173,7 @@ class StatementCompiler:
 
     def __init__(self, max_shapes: int = _MAX_SHAPES) -> None:
         self._shapes: dict[tuple[Any, ...], _Shape | object] = {}
-        self._templates: dict[tuple[Any, ...], Template | object] = {}
+        self._factories: dict[tuple[Any, ...], CompiledFactory | object] = {}
         self.max_shapes = max_shapes
         self.hits = 0
         self.misses = 0
@@ -194,28 +194,28 @@ class StatementCompiler:
         raise TypeError(f"a query plan yielded {type(statement).__name__}, not a statement")
 
     def _compile_bound(self, bound: Bound) -> Compiled:
-        """A prepared statement: its ``Template`` for this shape (static arguments, value types), made on
-        first use; a factory that is not a template is built and compiled on every call instead."""
-        prepared, args = bound.prepared, bound.args
-        n = prepared.static
+        """A bound statement factory: its ``CompiledFactory`` for this shape (static arguments, value types),
+        made on first use; a factory whose SQL cannot be proved is built and compiled on every call instead."""
+        factory, args = bound.factory, bound.args
+        n = factory.static
         static, values = args[:n], args[n:]
         try:
-            key = (prepared, static, tuple(type(v) for v in values))
-            template = self._templates.get(key)
+            key = (factory, static, tuple(type(v) for v in values))
+            compiled = self._factories.get(key)
         except TypeError:  # an unhashable static argument
             return self.compile(bound.build())
-        if template is None:
+        if compiled is None:
             try:
-                template = Template(lambda *vs: prepared.factory(*static, *vs), *values)
+                compiled = CompiledFactory(lambda *vs: factory.fn(*static, *vs), *values)
             except (_NotCacheable, ValueError, TypeError, EmptyResultSet):
-                template = _UNCACHEABLE
-            if len(self._templates) >= self.max_shapes:
-                self._templates.clear()
+                compiled = _UNCACHEABLE
+            if len(self._factories) >= self.max_shapes:
+                self._factories.clear()
             if self.max_shapes:
-                self._templates[key] = template
-        if isinstance(template, Template):
+                self._factories[key] = compiled
+        if isinstance(compiled, CompiledFactory):
             self.hits += 1
-            return template.bind(*values)
+            return compiled.bind(*values)
         return self.compile(bound.build())
 
     def _compile_queryset(self, queryset: QuerySet[Any], kind: str) -> Compiled:
@@ -292,23 +292,23 @@ class StatementCompiler:
         )
 
 
-class Template:
-    """A statement written with the ORM once and bound many times: ``factory(*args)`` must build the same
-    statement shape for any arguments of the example's types, each argument reaching the SQL unchanged
-    as one parameter. ``bind(*args)`` then costs no ORM work at all.
+class CompiledFactory:
+    """A statement factory's SQL, compiled with the ORM once and bound many times: ``factory(*args)`` must
+    build the same statement shape for any arguments of the example's types, each argument reaching the
+    SQL unchanged as one parameter. ``bind(*args)`` then costs no ORM work at all.
 
-    The rules a factory must follow (``queries.plan.prepared`` documents them for service authors): it
+    The rules a factory must follow (``queries.plan.statement_factory`` documents them for service authors): it
     passes each argument into the statement unchanged (no ``min``/``max``, rounding, defaults or other
     transformation), never decides the statement's shape from an argument's value (no ``if`` on a value,
     no value-dependent column or lookup — put such a choice in a static argument, which keys its own
-    template), and uses every argument.
+    compiled factory), and uses every argument.
 
     Proved at creation by compiling the example and three sentinel sets (large, negative or far, and
     small values that avoid every constant seen): the SQL must be identical in all four; every parameter
     must be the same argument in all three sentinel compiles (and equal the example's value), or the
     same constant in all four (e.g. the bound LIMIT; a constant equal to one of the example's arguments
     is accepted only because the small sentinels, whose values differ, gave it too); and every argument
-    must reach the SQL — else ``ValueError`` (the factory is not a template). A factory that clamps an
+    must reach the SQL — else ``ValueError`` (the factory's SQL cannot be proved). A factory that clamps an
     argument fails the small set or leaves that argument unused; one that branches on a threshold or a
     sign fails the SQL comparison. A branch on one specific value (``if kind == "pipe"``) cannot be
     found by probing: that is what the rules above forbid."""
@@ -328,7 +328,7 @@ class Template:
         small = [_sentinel_like(a, i, 2, constants) for i, a in enumerate(example)]
         probes.append(_compile_whole(factory(*small)))
         if real.shape is None or any(p.sql != real.sql or len(p.params) != len(real.params) for p in probes):
-            raise ValueError("the statement's SQL depends on the template's arguments")
+            raise ValueError("the statement's SQL depends on the factory's arguments")
         indexes = [{(type(v), v): i for i, v in enumerate(values)} for values in (large, far, small)]
         param_map: list[int | tuple[Any]] = []
         for r, *sentinel_params in zip(real.params, *(p.params for p in probes), strict=True):
@@ -339,10 +339,10 @@ class Template:
             elif found == set() and i is None and all(type(p) is type(r) and p == r for p in sentinel_params):
                 param_map.append((r,))  # a constant of the factory, whatever the arguments
             else:
-                raise ValueError("the statement has parameters that are not the template's arguments")
+                raise ValueError("the statement has parameters that are not the factory's arguments")
         unused = sorted(set(range(count)) - {m for m in param_map if type(m) is int})
         if unused:
-            raise ValueError(f"template arguments {unused} do not reach the statement unchanged")
+            raise ValueError(f"factory arguments {unused} do not reach the statement unchanged")
         self.kinds = kinds
         self.sql = real.sql
         self.param_map = tuple(param_map)
@@ -350,7 +350,7 @@ class Template:
 
     def bind(self, *args: Any) -> Compiled:
         if tuple(type(a) for a in args) != self.kinds:
-            raise TypeError("template arguments of other types than the example's")
+            raise TypeError("factory arguments of other types than the example's")
         params = tuple(args[m] if type(m) is int else m[0] for m in self.param_map)  # type: ignore[index]
         return Compiled(self.sql, params, self.shape)
 

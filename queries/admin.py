@@ -8,7 +8,9 @@ does not COUNT(*) tens of millions of rows on an unfiltered list page.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
+from typing import Any, ClassVar, cast
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
@@ -24,7 +26,7 @@ from queries.admin_chart import device_chart_svg
 from queries.services.baseline_jobs import NotCancellable, baseline_job_cancel
 
 
-class EstimatedCountPaginator(Paginator):
+class EstimatedCountPaginator(Paginator[Any]):
     """Unfiltered pages use the planner's row estimate (``pg_class.reltuples``) instead of COUNT(*)."""
 
     @cached_property
@@ -35,7 +37,7 @@ class EstimatedCountPaginator(Paginator):
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [self.object_list.model._meta.db_table],
+                [cast("QuerySet[Any]", self.object_list).model._meta.db_table],
             )
             row = cursor.fetchone()
         estimate = int(row[0]) if row else -1
@@ -48,7 +50,7 @@ class ReadOnlyAdmin(NoWriteAdmin):
 
     list_per_page = 50
 
-    def get_actions(self, request: HttpRequest) -> dict[str, object]:
+    def get_actions(self, request: HttpRequest) -> dict[str, tuple[Callable[..., str], str, str] | None]:
         return {}
 
 
@@ -58,7 +60,7 @@ class LargeTableAdmin(ReadOnlyAdmin):
 
 
 class ElementAdmin(ReadOnlyAdmin):
-    list_filter = ("project",)
+    list_filter: ClassVar[tuple[str, ...]] = ("project",)
     search_fields = ("=element_id",)
     exclude = ("geog",)
 
@@ -155,7 +157,7 @@ class JobAdmin(ReadOnlyAdmin):
 
     actions = ("cancel_simulations",)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, object]:
+    def get_actions(self, request: HttpRequest) -> dict[str, tuple[Callable[..., str], str, str] | None]:
         # ReadOnlyAdmin drops every bulk action; this one changes no data, it stops a running simulation.
         return admin.ModelAdmin.get_actions(self, request)
 

@@ -11,6 +11,7 @@ compares with, ``queries.scada_units``); a gap breaks a line, it is never drawn 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from html import escape
 
@@ -22,7 +23,9 @@ WINDOW = timedelta(hours=24)
 MAX_POINTS = 3000
 
 
-def _series(points: list[tuple[datetime, float | None]], x, y) -> list[str]:  # noqa: ANN001 - two scalers
+def _series(
+    points: list[tuple[datetime, float | None]], x: Callable[[datetime], float], y: Callable[[float], float]
+) -> list[str]:
     """SVG polyline point strings, one per unbroken run (a None breaks the line)."""
     runs: list[str] = []
     current: list[str] = []

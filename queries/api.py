@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -36,13 +36,15 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 
 from contexts import access
-from contexts.api import ContextApiView
+from contexts.api_base import BaseApiView
 from contexts.authentication import HasApiReadScope
 from contexts.errors import ApplicationError, InvalidParameter
 from contexts.rest import ApiBearerAuthentication, member_scope
 from contexts.slots import rest_slot
+from contexts.tokens import VerifiedToken
 from queries.arguments import bad_text_path
 from queries.plan import run_sync
 from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
@@ -174,26 +176,33 @@ class ToolSchema(AutoSchema):
     """OpenAPI of one tool route, from the registry: parameters from the input schema, the 200 body from
     the Pydantic result model, errors as the application error body."""
 
+    @property
+    def _tool_view(self) -> ToolView:
+        return cast(ToolView, self.view)  # this schema is only ever ToolView's
+
     def _spec(self) -> ToolSpec:
-        return _specs()[self.view.tool]
+        return _specs()[self._tool_view.tool]
 
     def get_operation_id(self) -> str:
-        return self.view.tool
+        return self._tool_view.tool
 
-    def get_description(self) -> str:
+    # drf-spectacular's AutoSchema.get_description() takes no arguments; the DRF stubs type DRF's base method.
+    def get_description(self) -> str:  # type: ignore[override]
         return self._spec().description
 
     def get_tags(self) -> list[str]:
         return ["query"]
 
-    def get_override_parameters(self) -> list[OpenApiParameter]:
+    def get_override_parameters(self) -> list[OpenApiParameter | Serializer[Any] | type[Serializer[Any]]]:
         schema = rest_input_schema(self._spec())
-        path_names = set(self.view.path_names)
-        params = [OpenApiParameter("project", str, OpenApiParameter.PATH, description="The project's slug.")]
+        path_names = set(self._tool_view.path_names)
+        params: list[OpenApiParameter | Serializer[Any] | type[Serializer[Any]]] = [
+            OpenApiParameter("project", str, OpenApiParameter.PATH, description="The project's slug.")
+        ]
         for name, prop in schema["properties"].items():
-            location = OpenApiParameter.PATH if name in path_names else OpenApiParameter.QUERY
+            location: Literal["path", "query"] = "path" if name in path_names else "query"
             prop = dict(prop)
-            if name in self.view.plural_names:
+            if name in self._tool_view.plural_names:
                 prop = {"type": "string", "enum": [f"{t}s" for t in ELEMENT_TYPES]}
             explode = prop.get("type") == "array" and _items_type(prop) in SCALARS
             params.append(
@@ -208,7 +217,8 @@ class ToolSchema(AutoSchema):
             )
         return params
 
-    def get_response_serializers(self) -> dict[str, Any]:
+    # drf-spectacular documents a dict of status code → serializer (or raw schema); its type names one only.
+    def get_response_serializers(self) -> dict[str, Any]:  # type: ignore[override]
         body = output_schema_ref(self._spec())
         error = {"$ref": "#/components/schemas/ToolError"}
         return {
@@ -227,7 +237,10 @@ class ToolSchema(AutoSchema):
         if isinstance(serializer, dict):  # a raw JSON schema from the registry
             description = "The result envelope." if status_code == "200" else "An application error."
             return {"description": description, "content": {"application/json": {"schema": serializer}}}
-        return super()._get_response_for_code(serializer, status_code, *args, **kwargs)
+        response: dict[str, Any] = super()._get_response_for_code(  # type: ignore[no-untyped-call]  # unannotated
+            serializer, status_code, *args, **kwargs
+        )
+        return response
 
     def get_request_serializer(self) -> None:
         return None
@@ -258,7 +271,7 @@ def openapi_components(result: dict[str, Any], generator: Any, request: Any, pub
     return result
 
 
-class ToolView(ContextApiView):
+class ToolView(BaseApiView):
     """One registry tool over REST (GET). Thin: authenticate → scope → gate → arguments → service."""
 
     authentication_classes = [ApiBearerAuthentication]
@@ -272,7 +285,8 @@ class ToolView(ContextApiView):
         spec = _specs().get(self.tool)
         if spec is None:  # not exposed in this deployment
             raise NotFoundTool()
-        scope = member_scope(token=request.auth, project_slug=project)
+        token = cast(VerifiedToken, request.auth)  # set by ApiBearerAuthentication, required by HasApiReadScope
+        scope = member_scope(token=token, project_slug=project)
         access.require_call(scope, tool=spec.name, permissions=spec.permissions, bound=False)
         args = parse_arguments(spec, dict(request.query_params.lists()), path_args)
         access.require_permissions(scope, spec.permissions_for(args))
@@ -297,7 +311,8 @@ def _view(route: Route) -> Any:
         "path_names": tuple(name for _, name in params),
         "plural_names": tuple(name for converter, name in params if converter == "element_types"),
     }
-    return type(f"{route.tool}_view", (ToolView,), attrs).as_view()
+    view_class = cast(type[ToolView], type(f"{route.tool}_view", (ToolView,), attrs))
+    return view_class.as_view()
 
 
 def example_request(spec: ToolSpec, arguments: Mapping[str, Any]) -> tuple[str, dict[str, list[str]]]:

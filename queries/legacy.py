@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from contexts.errors import CapabilityGap
+from queries.errors import CapabilityGap
 
 #: ``tool``: the named tool replaces the command. ``execution_candidate``: a POST that runs a computation;
 #: listed as a later candidate, not in the query catalog. ``not_offered``: no server capability behind it.

@@ -18,7 +18,7 @@ What a plan may yield, and what it gets back:
 - ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns`` (no columns: one empty dict per
   row); only for what the ORM cannot say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client
   text in ``sql``;
-- a *prepared statement* ``STATEMENT(*args)`` (``@prepared``: a function of the call's values that
+- a *statement factory* ``STATEMENT(*args)`` (``@statement_factory``: a function of the call's values that
   builds one of the above with the ORM) → what that statement gives. ``run_sync`` builds and runs it
   like any queryset; the MCP driver builds it with the ORM once per shape and afterwards only binds the
   values (no queryset is built per call — issue 10). Write the hot statements of a tool this way.
@@ -36,13 +36,13 @@ import math
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 from django.db import OperationalError, connection
 from django.db.models import QuerySet
 from psycopg.errors import QueryCanceled
 
-from contexts.errors import QueryTimeout
+from queries.errors import QueryTimeout
 from queries.units import present
 
 P = ParamSpec("P")
@@ -66,8 +66,8 @@ class Raw:
     columns: Sequence[str] = ()
 
 
-class Prepared:
-    """An ORM statement written as a function of the call's values: ``factory(*static, *values)``.
+class StatementFactory:
+    """An ORM statement written as a function of the call's values: ``fn(*static, *values)``.
 
     The first ``static`` arguments choose the statement's shape (e.g. which model) and must be hashable;
     the others are *values* — each must reach the SQL unchanged as one filter value or slice bound
@@ -76,12 +76,12 @@ class Prepared:
     compile it once and bind values (``mcp_app.executor``, which proves the binding with sentinel
     compiles and otherwise falls back to building it every call)."""
 
-    __slots__ = ("factory", "static", "name")
+    __slots__ = ("fn", "static", "name")
 
-    def __init__(self, factory: Callable[..., Statement], static: int = 0) -> None:
-        self.factory = factory
+    def __init__(self, fn: Callable[..., Built], static: int = 0) -> None:
+        self.fn = fn
         self.static = static
-        self.name = getattr(factory, "__qualname__", repr(factory))
+        self.name = getattr(fn, "__qualname__", repr(fn))
 
     def __call__(self, *args: Any) -> Bound:
         if len(args) < self.static:
@@ -89,28 +89,36 @@ class Prepared:
         return Bound(self, args)
 
     def __repr__(self) -> str:
-        return f"<prepared {self.name}>"
+        return f"<statement factory {self.name}>"
 
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """A prepared statement with the call's arguments."""
+    """A statement factory with the call's arguments."""
 
-    prepared: Prepared
+    factory: StatementFactory
     args: tuple[Any, ...]
 
-    def build(self) -> QuerySet[Any] | CountOf | Raw:
+    def build(self) -> Built:
         """The statement itself, built with the ORM now."""
-        return self.prepared.factory(*self.args)
+        return self.factory.fn(*self.args)
 
 
-def prepared(fn: Callable[..., Statement] | None = None, *, static: int = 0) -> Any:
-    """Declare a prepared statement: ``@prepared`` or ``@prepared(static=1)`` on a factory function."""
+@overload
+def statement_factory(fn: Callable[..., Built], *, static: int = 0) -> StatementFactory: ...
+@overload
+def statement_factory(fn: None = None, *, static: int = 0) -> Callable[[Callable[..., Built]], StatementFactory]: ...
+def statement_factory(
+    fn: Callable[..., Built] | None = None, *, static: int = 0
+) -> StatementFactory | Callable[[Callable[..., Built]], StatementFactory]:
+    """Declare a statement factory: ``@statement_factory`` or ``@statement_factory(static=1)`` on a function."""
     if fn is None:
-        return lambda f: Prepared(f, static)
-    return Prepared(fn, static)
+        return lambda f: StatementFactory(f, static)
+    return StatementFactory(fn, static)
 
 
+#: What a statement factory builds: a statement run as it is.
+Built = QuerySet[Any] | CountOf | Raw
 Statement = QuerySet[Any] | CountOf | Raw | Bound
 #: A running service: yields statements, receives their rows, returns the result.
 Plan = Generator[Statement, Any, R]

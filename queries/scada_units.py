@@ -38,7 +38,7 @@ def _registry() -> Any:
     this module, and a server process that never converts should not load pint (≈ 20 MB)."""
     import pint
 
-    ureg = pint.UnitRegistry()
+    ureg: pint.UnitRegistry[Any] = pint.UnitRegistry()
     ureg.define("gpm = gallon / minute")
     ureg.define("MGD = 1e6 * gallon / day")
     ureg.define("cfs = foot ** 3 / second")

@@ -85,7 +85,7 @@ class Shown:
 
 def _derive() -> dict[tuple[str, str, str, str], Shown]:
     """Every (quantity, unit system, quality type, headloss formula) variant → Shown, from pint, once."""
-    ureg = pint.UnitRegistry()
+    ureg: pint.UnitRegistry[Any] = pint.UnitRegistry()
 
     def factor(stored: str, shown: str) -> float:
         return float(ureg.Quantity(1.0, stored).to(shown).magnitude)
@@ -165,7 +165,7 @@ def _scale(obj: Any, scale: Mapping[str, float], value_factor: float | None = No
     else:
         return
     for key, factor in scale.items():
-        value = fields.get(key)
+        value: Any = fields.get(key)
         if type(value) in _NUMBERS:
             fields[key] = value * factor
     if value_factor is not None and type(fields.get("value")) in _NUMBERS:

@@ -144,7 +144,7 @@ def configure(config: dict[str, Any]) -> None:
     file and line (a stack walk per record), thread, process and multiprocessing names (their cost on the
     per-call log line of ``/mcp``: ``mcp_app/README.md`` "Measuring")."""
     logging.config.dictConfig(config)
-    logging._srcfile = None  # type: ignore[attr-defined]  # documented switch: no findCaller()
+    logging._srcfile = None  # documented switch: no findCaller()
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

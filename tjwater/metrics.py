@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 import os
+from collections.abc import Callable
 from time import perf_counter
 
 from django.conf import settings
@@ -163,7 +164,7 @@ def exposition() -> bytes:
     directory."""
     if multiprocess_dir():
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
         return generate_latest(registry)
     return generate_latest(REGISTRY)
 
@@ -171,7 +172,7 @@ def exposition() -> bytes:
 def mark_process_dead() -> None:
     """At a clean shutdown: this process's live gauges stop counting (multiprocess mode only)."""
     if multiprocess_dir():
-        multiprocess.mark_process_dead(os.getpid())
+        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]  # unannotated in prometheus_client
 
 
 def metrics_view(request: HttpRequest) -> HttpResponse:
@@ -201,13 +202,13 @@ class RequestMetricsMiddleware:
     pattern that matched (``resolver_match.route``: bounded, never the path — a handle in a path never
     becomes a label) — "" when none matched — the method (unknown ones ``_OTHER``) and the status."""
 
-    def __init__(self, get_response: object) -> None:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = perf_counter()
         with telemetry.http_server_span(request) as span:
-            response = self.get_response(request)  # type: ignore[operator]
+            response = self.get_response(request)
             match = request.resolver_match
             route = match.route if match is not None else ""
             if span is not None:

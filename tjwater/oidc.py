@@ -30,7 +30,7 @@ import jwt
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser, Group, Permission
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission, User
 from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
 from django.db.models import QuerySet
@@ -133,13 +133,14 @@ class OperatorOIDCBackend(OIDCAuthenticationBackend):
             return False
         if not has_operator_role(claims):
             # Not an error of the flow: tell the callback view why, so it shows the refusal page.
-            self.request.tjwater_oidc_refusal = "not_operator"  # type: ignore[attr-defined]
+            self.request.tjwater_oidc_refusal = "not_operator"
             logger.info("admin sign-in refused: operator role missing")
             return False
         return True
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet[AbstractBaseUser]:
-        return self.UserModel.objects.filter(username=self.get_username(claims))
+        users: QuerySet[AbstractBaseUser] = self.UserModel.objects.filter(username=self.get_username(claims))
+        return users
 
     def get_username(self, claims: dict[str, Any]) -> str:
         return str(claims["sub"])
@@ -150,7 +151,7 @@ class OperatorOIDCBackend(OIDCAuthenticationBackend):
         return self.update_user(user, claims)
 
     @transaction.atomic
-    def update_user(self, user: Any, claims: dict[str, Any]) -> AbstractBaseUser:
+    def update_user(self, user: User, claims: dict[str, Any]) -> AbstractBaseUser:
         """Refresh the operator's profile from the claims — at first sign-in and at every re-check.
 
         The password hash is touched only when the account still has a usable password: every call of

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import django_stubs_ext
 import environ
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
+
+# Generic Django classes (ModelAdmin[M], Serializer[T], ...) subscriptable at run time as the type stubs have them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

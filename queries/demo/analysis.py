@@ -175,10 +175,16 @@ def burst_run(
 
     # Series of the real network's elements over the window (the artificial burst node/link are
     # reported through ``leak_demand`` at the burst junction, not as elements of their own).
-    keep_nodes = {"junction": list(base_wn.junction_name_list), "reservoir": list(base_wn.reservoir_name_list),
-                  "tank": list(base_wn.tank_name_list)}  # fmt: skip
-    keep_links = {"pipe": list(base_wn.pipe_name_list), "pump": list(base_wn.pump_name_list),
-                  "valve": list(base_wn.valve_name_list)}  # fmt: skip
+    keep_nodes: dict[str, Sequence[str]] = {
+        "junction": list(base_wn.junction_name_list),
+        "reservoir": list(base_wn.reservoir_name_list),
+        "tank": list(base_wn.tank_name_list),
+    }
+    keep_links: dict[str, Sequence[str]] = {
+        "pipe": list(base_wn.pipe_name_list),
+        "pump": list(base_wn.pump_name_list),
+        "valve": list(base_wn.valve_name_list),
+    }
     windowed = _window(results, t0, t1)
     node_lines = node_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_nodes)
     leak_by_time = {
@@ -334,7 +340,7 @@ def sensor_placement_run(
     """Greedy maximum coverage: each candidate junction covers the junctions within ``radius_m`` of
     pipe-network distance; weights are 1 per junction (``weight='node'``) or base demand
     (``weight='demand'``). Greedy is within (1 - 1/e) of the optimum for this submodular objective."""
-    graph = nx.Graph()
+    graph: nx.Graph[str] = nx.Graph()
     for name, link in wn.links():
         length = float(getattr(link, "length", 1.0) or 1.0)
         graph.add_edge(link.start_node_name, link.end_node_name, weight=length, name=name)

@@ -85,7 +85,7 @@ def choose_devices(
         street = streets[int(rng.integers(len(streets)))]
         specs.append(DeviceSpec(f"PT-{i:03d}", f"Pressure {street} ({jid})", "pressure", "m", "junction", jid,
                                 *nl[jid], 0.15))  # fmt: skip
-    for i, pid in enumerate(_spread(rng, big_pipes, link_mid, flow), start=1):  # type: ignore[arg-type]
+    for i, pid in enumerate(_spread(rng, big_pipes, link_mid, flow), start=1):
         street = streets[int(rng.integers(len(streets)))]
         lon, lat = link_mid[pid]
         specs.append(DeviceSpec(f"FT-{i:03d}", f"Flow main {street} ({pid})", "flow", "m3/s", "pipe", pid,
@@ -198,7 +198,8 @@ def _truth(
     else:  # level above the tank bottom = head - elevation
         series = results.node["head"][element] - wn.get_node(element).elevation
     t = series.index.to_numpy(dtype=float)
-    return np.interp(slots, t, series.to_numpy(dtype=float))
+    values: np.ndarray = np.interp(slots, t, series.to_numpy(dtype=float))
+    return values
 
 
 def synthesize(
@@ -254,7 +255,7 @@ def write_scada(
     is the tile prefix of the specs' element ids (the results use the network's own ids). Devices of
     ``scenario`` read its values inside its window instead of the baseline's."""
     devices = ScadaDevice.objects.bulk_create(
-        ScadaDevice(
+        ScadaDevice(  # type: ignore[misc]  # Django takes EWKT text; django-stubs only geometries
             project_id=project_id,
             device_id=s.device_id,
             name=s.name,

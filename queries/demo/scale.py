@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from django.db import connection, transaction
+from django.db.models import Model
 
 from contexts.models import Project
 from queries.demo import scada as demo_scada
@@ -123,7 +124,14 @@ def generate_scale_network(
         summary.counts["scada_reading"] = len(specs0) * int(baseline_hours * 3600 // demo_scada.SLOT_S) * n_tiles
     t = _time.monotonic()
     with connection.cursor() as cur:
-        for model in (NodeBaseline, LinkBaseline, ScadaReading, ScadaDevice, *ELEMENT_MODELS.values()):
+        tables: tuple[type[Model], ...] = (
+            NodeBaseline,
+            LinkBaseline,
+            ScadaReading,
+            ScadaDevice,
+            *ELEMENT_MODELS.values(),
+        )
+        for model in tables:
             cur.execute(f'ANALYZE "{model._meta.db_table}"')  # noqa: S608 - our table names
     summary.phases["analyze"] = _time.monotonic() - t
     summary.seconds = _time.monotonic() - t0

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Model
 from wntr.network import WaterNetworkModel
 
 from contexts.models import ExecutionRequest, Membership, Principal, Project, Task, TaskReport, TaskRun
@@ -220,8 +221,10 @@ def _analyze() -> None:
     freshly seeded database — autovacuum may be off or not yet run — estimates one row everywhere and
     picks the ``(project, type, time)`` index for one element's series, scanning every element."""
     with connection.cursor() as cursor:
-        for model in (NodeBaseline, LinkBaseline, AnalysisNodeSeries, AnalysisLinkSeries, ScadaReading, ScadaDevice,
-                      AnalysisRun, AnalysisResult, *ELEMENT_MODELS.values()):  # fmt: skip
+        tables: tuple[type[Model], ...] = (NodeBaseline, LinkBaseline, AnalysisNodeSeries, AnalysisLinkSeries,
+                                           ScadaReading, ScadaDevice, AnalysisRun, AnalysisResult,
+                                           *ELEMENT_MODELS.values())  # fmt: skip
+        for model in tables:
             cursor.execute(f'ANALYZE "{model._meta.db_table}"')  # our own table names, no input
 
 
@@ -272,7 +275,7 @@ def _scada(
         demo_scada.write_scada(
             project_id=net.project.pk,
             wn=net.wn,
-            results=net.results,  # type: ignore[arg-type]
+            results=net.results,
             specs=specs,
             start=START,
             hours=HOURS,
@@ -325,7 +328,7 @@ def _burst_scenario(
         if key in wanted
     }
     baseline = net.results  # a wntr SimulationResults (typed ``object`` on _Network)
-    return demo_scada.scenario_devices(specs, baseline, net.wn, values, start_s=start_s, end_s=end_s)  # type: ignore[arg-type]
+    return demo_scada.scenario_devices(specs, baseline, net.wn, values, start_s=start_s, end_s=end_s)
 
 
 def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[demo_analysis.BurstOutcome, pd.DataFrame]:
@@ -523,7 +526,7 @@ def _peripheral(net: _Network, rng: np.random.Generator, summary: SeedSummary) -
         for i, idx in enumerate(sorted(rng.choice(len(junctions), size=count, replace=False).tolist()), start=1):
             jid = junctions[idx]
             lon, lat = net.geometry.node_lonlat[jid]
-            points.append(PeripheralPoint(project_id=pid, point_id=f"{code}-{i:03d}", name=f"{kind.replace('_', ' ')} "
+            points.append(PeripheralPoint(project_id=pid, point_id=f"{code}-{i:03d}", name=f"{kind.replace('_', ' ')} "  # type: ignore[misc]  # Django takes EWKT text; django-stubs only geometries
                           f"{code}-{i:03d} {STREETS[int(rng.integers(len(STREETS)))]}", kind=kind,
                           geom=f"SRID=4326;POINT({lon!r} {lat!r})", element_type="junction", element_id=jid,
                           properties={"installed": int(rng.integers(1985, 2024))}, synthetic=True))  # fmt: skip

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from datetime import time as dtime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.gis.gdal import CoordTransform, DataSource, GDALException, SpatialReference
 from django.contrib.gis.gdal.layer import Layer
 from django.contrib.gis.geos import GEOSException
-from django.db import transaction
+from django.db import models, transaction
 from pyproj import CRS
 from pyproj.exceptions import CRSError
 
@@ -79,7 +79,7 @@ def _open(path: Path) -> DataSource:
 
 
 def _layer(ds: DataSource, path: Path, source_layer: str | None) -> Layer:
-    names = [layer.name for layer in ds]
+    names = [ds[i].name for i in range(len(ds))]
     if source_layer is not None:
         if source_layer not in names:
             raise GisImportError(f"{path.name} has no layer {source_layer!r}; its layers: {', '.join(names) or 'none'}")
@@ -98,7 +98,7 @@ def _epsg_of(srs: SpatialReference) -> int | None:
 
 def _source_srs(layer: Layer, path: Path, crs: str | None) -> tuple[SpatialReference, str]:
     """The layer's CRS (or ``crs`` when the file has none) and its label (``EPSG:NNNN`` when known)."""
-    own = layer.srs
+    own: SpatialReference | None = layer.srs  # None for a layer without a CRS (the stubs omit it)
     given: SpatialReference | None = None
     if crs:
         try:
@@ -118,7 +118,7 @@ def _source_srs(layer: Layer, path: Path, crs: str | None) -> tuple[SpatialRefer
     srs = own if own is not None else given
     assert srs is not None
     code = _epsg_of(srs)
-    return srs, (f"EPSG:{code}" if code else srs.name[:32])
+    return srs, (f"EPSG:{code}" if code else (srs.name or "")[:32])
 
 
 def _jsonable(value: Any) -> Any:
@@ -273,7 +273,7 @@ def import_gis(
                     source_fid=fid[:64],
                     properties=attrs,
                     geom=geom,
-                    element_type=element_type if linked_id else "",
+                    element_type=(element_type or "") if linked_id else "",
                     element_id=linked_id,
                 )
             )
@@ -317,13 +317,14 @@ def _write_register(
                 except (TypeError, ValueError):
                     continue
             else:
-                setattr(row, column, str(value)[: ElementGisProperties._meta.get_field(column).max_length])
+                field = cast(models.CharField[str, str], ElementGisProperties._meta.get_field(column))
+                setattr(row, column, str(value)[: field.max_length])
         if district_field:
             value = attrs.get(district_field)
             if value not in (None, ""):
                 row.district = str(value)[:64]
                 districts += 1
-        if row.pk is None:
+        if element_id not in existing:
             new_rows.append(row)
     ElementGisProperties.objects.bulk_create(new_rows, batch_size=BATCH)
     ElementGisProperties.objects.bulk_update(

@@ -22,7 +22,7 @@ from typing import Any
 from django.contrib.gis.db.models import PointField
 from django.contrib.gis.geos import Point
 from django.db import transaction
-from django.db.models import F, FloatField, Func, Value
+from django.db.models import F, FloatField, Func, QuerySet, Value
 from pyproj import CRS, Transformer
 from pyproj.exceptions import CRSError
 
@@ -65,7 +65,8 @@ def _element_positions(project_id: int, wanted: set[tuple[str, str]]) -> dict[tu
     for etype, eid in wanted:
         by_type.setdefault(etype, []).append(eid)
     for etype, ids in by_type.items():
-        qs = ELEMENT_MODELS[etype].objects.filter(project_id=project_id, element_id__in=ids)
+        # Any: ``geom`` is a field of each concrete element model, not of their abstract base.
+        qs: QuerySet[Any] = ELEMENT_MODELS[etype].objects.filter(project_id=project_id, element_id__in=ids)
         if etype in LINK_TYPES:
             midpoint = Func(
                 F("geom"),

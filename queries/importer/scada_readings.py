@@ -227,7 +227,8 @@ def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray
 
 def _epoch(stamps: pd.Series) -> np.ndarray:
     utc = stamps.dt.tz_convert("UTC").dt.tz_localize(None)
-    return utc.to_numpy(dtype="datetime64[us]").astype(np.int64) / 1e6
+    seconds: np.ndarray = utc.to_numpy(dtype="datetime64[us]").astype(np.int64) / 1e6
+    return seconds
 
 
 def _local_reasons(parsed: pd.Series, localized: pd.Series, zone: ZoneInfo, why: np.ndarray) -> None:
@@ -339,7 +340,11 @@ def _stage_batch(
         _reject_times(rejects, frame["time"], lines, why, time_bad, zone)
         for column, d, v, empty, bad in per_col:
             bad_here = bad & (why == 0)
-            rejects.add(lines[bad_here], lambda i, c=column, b=bad_here: _bad_value(c, frame[c].to_numpy()[b][i]))
+
+            def why_bad(i: int, c: str = column, b: np.ndarray = bad_here) -> str:
+                return _bad_value(c, frame[c].to_numpy()[b][i])
+
+            rejects.add(lines[bad_here], why_bad)
             keep = ~empty & ~bad & (why == 0)
             t = seconds[keep]
             slot = (np.floor(t / d.step) * d.step).astype(np.int64)
@@ -658,7 +663,8 @@ def _stored(reading: str, pk: int, lo: int, hi: int) -> np.ndarray:
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a == b) | (np.isnan(a) & np.isnan(b))
+    same: np.ndarray = (a == b) | (np.isnan(a) & np.isnan(b))
+    return same
 
 
 def _clean_block(

@@ -16,6 +16,8 @@ disagree, with its own GiST index. ``geog__dwithin=(point, D(m=200))`` uses that
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Self
+
 from django.contrib.gis.db import models as gis
 from django.contrib.postgres.indexes import GistIndex
 from django.db import models
@@ -41,6 +43,8 @@ class NetworkElement(models.Model):
     tag = models.CharField(max_length=64, blank=True, default="")
 
     element_type: str = ""
+    # Declared for the type checker: every concrete element model has Django's default manager.
+    objects: ClassVar[models.Manager[Self]]
 
     class Meta:
         abstract = True
@@ -49,7 +53,7 @@ class NetworkElement(models.Model):
         return f"{self.element_type} {self.element_id}"
 
 
-def _geography(geometry_class: type[gis.GeometryField]) -> models.GeneratedField:
+def _geography(geometry_class: type[gis.GeometryField[Any, Any]]) -> models.GeneratedField:
     return models.GeneratedField(
         expression=Cast("geom", geometry_class(geography=True, srid=4326)),
         output_field=geometry_class(geography=True, srid=4326, spatial_index=False),

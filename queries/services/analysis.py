@@ -16,8 +16,9 @@ from typing import Any
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 
-from contexts.errors import AnalysisRunWithoutSeries, InvalidParameter, LimitExceeded, NotFound
+from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.errors import AnalysisRunWithoutSeries
 from queries.legacy import refuse_unavailable
 from queries.models import (
     ELEMENT_MODELS,
@@ -260,7 +261,7 @@ def query_analysis_series(
     _check_window(start, end)
     element = ELEMENT_MODELS[element_type].objects.filter(project_id=scope.project_id, element_id=element_id)
     runs = yield (
-        _runs(scope, run_id)
+        _runs(scope, run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
         .annotate(element_exists=Exists(element), **series_span(model, element_type))
         .values("pk", "status", "error_code", "error_message", "element_exists", "first_time", "last_time")[:1]
     )
@@ -312,7 +313,7 @@ def query_analysis_values(
         raise InvalidParameter("time must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
     of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type, time__lte=time)
     runs = yield (
-        _runs(scope, run_id)
+        _runs(scope, run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
         .annotate(at=Subquery(of_type.order_by("-time").values("time")[:1]), **series_span(model, element_type))
         .values("pk", "status", "error_code", "error_message", "at", "first_time", "last_time")[:1]
     )

@@ -49,7 +49,7 @@ def baseline_enqueue(*, project: Project, start: datetime, hours: float, step_s:
     )
     job.detail = {"start": start.isoformat(), "hours": hours, "step_s": step_s}
     job.save(update_fields=["detail"])
-    result = simulate_baseline.apply_async(args=[job.pk])
+    result = simulate_baseline.apply_async(args=(job.pk,))
     Job.objects.filter(pk=job.pk).update(task_id=result.id)
     job.task_id = result.id
     return job
@@ -159,8 +159,11 @@ def rolling_baseline(*, now: datetime | None = None) -> RollingResult:
     from queries.services.jobs import job_failed, job_finished
 
     now = now or datetime.now(UTC)
-    step_s = settings.TJWATER_BASELINE_STEP_S
-    grid = lambda t: datetime.fromtimestamp(int(t.timestamp()) // step_s * step_s, UTC)  # noqa: E731
+    step_s: int = settings.TJWATER_BASELINE_STEP_S
+
+    def grid(t: datetime) -> datetime:
+        return datetime.fromtimestamp(int(t.timestamp()) // step_s * step_s, UTC)
+
     lo = grid(now - timedelta(days=settings.TJWATER_BASELINE_PAST_DAYS))
     hi = grid(now + timedelta(days=1))  # the instant holding at now + 1 day
     result = RollingResult()

@@ -117,7 +117,7 @@ def _scada_branch(
 
 def _model_branch(base: QuerySet[Any], keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
     field = _model_field(keys[0].element_type)
-    return (
+    branch: QuerySet[Any] = (
         base.filter(_pairs(keys), time__gte=start, time__lt=end)
         .annotate(
             h_part=_int(1),
@@ -132,6 +132,7 @@ def _model_branch(base: QuerySet[Any], keys: Sequence[ElementKey], start: dateti
         .order_by()
         .values(*COLUMNS)
     )
+    return branch
 
 
 def _validate(
@@ -172,7 +173,8 @@ def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> QuerySet[Any
         for t, ids in by_type.items()
     ]
     first, *rest = parts
-    return (first.union(*rest, all=True) if rest else first)[: MAX_ELEMENTS + 1]
+    found: QuerySet[Any] = (first.union(*rest, all=True) if rest else first)[: MAX_ELEMENTS + 1]
+    return found
 
 
 def _baseline_coverage(scope: QueryScope, keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
@@ -298,7 +300,7 @@ def query_element_history(
     if mode == "analysis_comparison":
         span_model = AnalysisNodeSeries if elements[0].element_type in NODE_TYPES else AnalysisLinkSeries
         runs = yield (
-            AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)
+            AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
             .annotate(**series_span(span_model, elements[0].element_type))
             .values("pk", "status", "error_code", "error_message", "first_time", "last_time")[:1]
         )

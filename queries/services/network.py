@@ -17,7 +17,7 @@ from queries.fitting import fitting
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
 from queries.paging import paged
-from queries.plan import Plan, prepared, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -86,7 +86,7 @@ def _check_type(element_type: str) -> None:
         raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
 
 
-@prepared(static=1)
+@statement_factory(static=1)
 def element_row(element_type: str, project_id: int, element_id: str) -> Any:
     """One element of a project by its id (at most one row)."""
     fields, expressions = _db_values(element_type)

@@ -55,7 +55,8 @@ _BASELINE_OF = {
 def _check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RANK:
         raise InvalidParameter(f"limit must be an integer from 1 to {MAX_RANK}.", details={"field": "limit"})
-    return limit
+    checked: int = limit
+    return checked
 
 
 @service

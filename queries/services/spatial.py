@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Final
 
 from django.contrib.gis.db.models import PointField
 from django.contrib.gis.geos import Point
@@ -48,7 +49,7 @@ from queries.schemas.common import PageRequest
 from queries.schemas.spatial import NearbyElement, NearbyElementsResult, NearbyPage
 from queries.services.network import _check_type, _db_values, _properties, _units
 
-SOURCE = "model_network"
+SOURCE: Final = "model_network"
 DEFAULT_ELEMENT_TYPE = "pipe"
 DEFAULT_RADIUS_M = 200.0
 MAX_RADIUS_M = 10000.0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
@@ -327,7 +327,7 @@ _BFS = {
 }
 
 
-def _dead_end(direction: str) -> str:
+def _dead_end(direction: str) -> Literal["no_flow", "demand_end"]:
     return "no_flow" if direction == "upstream" else "demand_end"
 
 
@@ -469,6 +469,7 @@ def trace_flow_path(
         )
         on_path.add(("node", p["node"]))
     last = path[-1]
+    path_reason: Literal["source_reached", "demand_end", "no_flow", "max_elements"]
     if path_cut:
         path_reason = "max_elements"
     elif last["done"] or node_type(last["node"]) in ("reservoir", "tank"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from queries.registry import (
     ELEMENT_ID,
     ELEMENT_TYPE,
-    MAX_LIMIT,
     SIMULATION_VIEW,
     WEBGIS_VIEW,
     ToolLimits,
@@ -26,6 +25,7 @@ from queries.schemas.analysis import (
     AnalysisSeriesResult,
     AnalysisValuesResult,
 )
+from queries.schemas.common import MAX_LIMIT
 from queries.services import analysis
 from queries.tools.scada import TIME, parse_time
 

@@ -9,7 +9,6 @@ from queries.models import LINK_TYPES, NODE_TYPES
 from queries.registry import (
     ELEMENT_ID,
     ELEMENT_TYPE,
-    MAX_LIMIT,
     SIMULATION_VIEW,
     ToolLimits,
     ToolSpec,
@@ -18,6 +17,7 @@ from queries.registry import (
     page_properties,
 )
 from queries.schemas.baseline import BaselineAtTimeResult, BaselineFieldResult, BaselineSeriesResult
+from queries.schemas.common import MAX_LIMIT
 from queries.services import baseline
 from queries.services.scada import MAX_TARGETS
 from queries.tools.scada import TIME, WINDOW_S, parse_time, point_page_from, point_page_properties

@@ -11,17 +11,8 @@ points of all series together, in the order stated in the result (``data.order``
 
 from __future__ import annotations
 
-from queries.registry import (
-    ELEMENT_ID,
-    ELEMENT_TYPE,
-    MAX_OFFSET,
-    SCADA_VIEW,
-    SIMULATION_VIEW,
-    ToolLimits,
-    ToolSpec,
-    input_object,
-)
-from queries.schemas.common import PageRequest
+from queries.registry import ELEMENT_ID, ELEMENT_TYPE, SCADA_VIEW, SIMULATION_VIEW, ToolLimits, ToolSpec, input_object
+from queries.schemas.common import MAX_OFFSET, PageRequest
 from queries.schemas.history import ElementHistoryResult, ElementKey
 from queries.services import history
 from queries.tools.analysis import RUN_ID

@@ -6,7 +6,6 @@ from queries.registry import (
     ELEMENT_ID,
     ELEMENT_TYPE,
     ELEMENT_TYPES,
-    MAX_LIMIT,
     WEBGIS_VIEW,
     ToolLimits,
     ToolSpec,
@@ -14,6 +13,7 @@ from queries.registry import (
     page_from,
     page_properties,
 )
+from queries.schemas.common import MAX_LIMIT
 from queries.schemas.network import (
     ElementListResult,
     ElementPropertiesResult,

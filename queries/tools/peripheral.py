@@ -7,7 +7,8 @@ from typing import Any
 
 from contexts.scope import QueryScope
 from queries.plan import Plan
-from queries.registry import MAX_LIMIT, WEBGIS_VIEW, ToolLimits, ToolSpec, input_object, page_from, page_properties
+from queries.registry import WEBGIS_VIEW, ToolLimits, ToolSpec, input_object, page_from, page_properties
+from queries.schemas.common import MAX_LIMIT
 from queries.schemas.peripheral import PeripheralDataResult
 from queries.services import peripheral
 from queries.tools.scada import TIME, parse_time

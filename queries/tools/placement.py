@@ -3,15 +3,8 @@ sensor-placement routes require it as a whole; not weakened to a view permission
 
 from __future__ import annotations
 
-from queries.registry import (
-    MAX_LIMIT,
-    OPTIMIZATION_RUN,
-    ToolLimits,
-    ToolSpec,
-    input_object,
-    page_from,
-    page_properties,
-)
+from queries.registry import OPTIMIZATION_RUN, ToolLimits, ToolSpec, input_object, page_from, page_properties
+from queries.schemas.common import MAX_LIMIT
 from queries.schemas.placement import SensorPlacementRunListResult, SensorPlacementRunResult
 from queries.services import placement
 

@@ -12,17 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contexts.errors import InvalidParameter
-from queries.registry import (
-    MAX_LIMIT,
-    MAX_OFFSET,
-    SCADA_VIEW,
-    ToolLimits,
-    ToolSpec,
-    input_object,
-    page_from,
-    page_properties,
-)
-from queries.schemas.common import PageRequest
+from queries.registry import SCADA_VIEW, ToolLimits, ToolSpec, input_object, page_from, page_properties
+from queries.schemas.common import MAX_LIMIT, MAX_OFFSET, PageRequest
 from queries.schemas.scada import ScadaDeviceListResult, ScadaDeviceResult, ScadaReadingsResult
 from queries.services import scada
 

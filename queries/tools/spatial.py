@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from queries.registry import ELEMENT_TYPE, MAX_OFFSET, WEBGIS_VIEW, ToolLimits, ToolSpec, input_object
+from queries.registry import ELEMENT_TYPE, WEBGIS_VIEW, ToolLimits, ToolSpec, input_object
+from queries.schemas.common import MAX_OFFSET
 from queries.schemas.spatial import NearbyElementsResult
 from queries.services import spatial
 

@@ -3,16 +3,8 @@ water takes at one instant (model baseline flow directions)."""
 
 from __future__ import annotations
 
-from queries.registry import (
-    ELEMENT_ID,
-    ELEMENT_TYPE,
-    MAX_OFFSET,
-    SIMULATION_VIEW,
-    WEBGIS_VIEW,
-    ToolLimits,
-    ToolSpec,
-    input_object,
-)
+from queries.registry import ELEMENT_ID, ELEMENT_TYPE, SIMULATION_VIEW, WEBGIS_VIEW, ToolLimits, ToolSpec, input_object
+from queries.schemas.common import MAX_OFFSET
 from queries.schemas.topology import ConnectedElementsResult, FlowTraceResult
 from queries.services import topology
 from queries.tools.scada import TIME, parse_time

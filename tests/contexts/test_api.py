@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from django.test import override_settings
 
-from contexts import dev_issuer, selectors, services
+from contexts import dev_issuer, grants, selectors
 from contexts.errors import ContextInvalid, ContextRevoked
 from contexts.models import ContextEvent, Principal, Project, QueryContext, TaskReport
 from tests.conftest import ServerProcess, free_port
@@ -237,7 +237,7 @@ def test_task_reader_tools_are_a_subset_of_the_executors(server: ServerProcess, 
     )
     assert reader.status_code == 201, reader.text
     executor_tools = set(post(server, bearer(e2e.alice), chat(e2e)).json()["tools"])
-    assert set(reader.json()["tools"]) <= executor_tools | set(services.tool_catalog()[1])
+    assert set(reader.json()["tools"]) <= executor_tools | set(grants.tool_catalog()[1])
 
 
 def test_only_the_owner_deletes_and_everyone_else_gets_the_same_404(server: ServerProcess, e2e: E2EWorld) -> None:

@@ -15,10 +15,11 @@ from django.db import transaction
 
 from contexts import dev_issuer
 from contexts.errors import InvalidParameter, NotFound, PermissionDenied
+from contexts.grants import tool_catalog
 from contexts.models import AccessEvent, ContextEvent, Membership, Principal, Project, QueryContext
 from contexts.onboarding import membership_grant, membership_revoke, project_create
 from contexts.selectors import resolve_context
-from contexts.services import Actor, context_create, tool_catalog
+from contexts.services import Actor, context_create
 from queries.models import Pipe
 from tests.conftest import ServerProcess
 from tests.contexts import factories

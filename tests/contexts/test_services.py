@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from contexts import access, selectors, services
+from contexts import access, grants, selectors, services
 from contexts.errors import (
     ApplicationError,
     ContextExpired,
@@ -282,7 +282,7 @@ def test_ordinary_chat_never_gets_task_scoped_tools_and_unknown_purpose_is_refus
 
 
 def test_real_registry_catalog_gives_readers_only_reader_safe_tools(settings: object) -> None:
-    catalog, task_scoped = services.tool_catalog()
+    catalog, task_scoped = grants.tool_catalog()
     every_permission = {p for required in catalog.values() for p in required}
     reader = access.tools_for_binding(
         catalog=catalog, permissions=every_permission, purpose="task_reader", task_scoped=task_scoped

@@ -29,8 +29,9 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from contexts import dev_issuer
+from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from queries.importer.baseline_window import simulate_baseline_window
 from queries.importer.epanet import wntr_network_path

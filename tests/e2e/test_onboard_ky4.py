@@ -18,8 +18,9 @@ from django.core.management import call_command
 from pyproj import Transformer
 
 from contexts import dev_issuer
+from contexts.grants import tool_catalog
 from contexts.models import Principal, Project
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from queries.importer.epanet import local_day_start, wntr_network_path
 from tests.conftest import ServerProcess
 from tests.contexts import factories

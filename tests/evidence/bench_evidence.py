@@ -5,10 +5,10 @@ Not a test (not collected). Against a database with the demo loaded, e.g. the te
     DJANGO_SETTINGS_MODULE=tests.settings DATABASE_URL=postgis://postgres@127.0.0.1:5432/test_tjwater_evid \\
         .venv/bin/python tests/evidence/bench_evidence.py [calls]
 
-A/B on one connection, alternating: the query alone (``get_element_properties`` in a read-only
-transaction) vs the same query through ``run_with_evidence_sync`` with a fresh request key (claim,
-query, save); then the async entry point vs the query alone in a worker thread. Then a page of about
-8 MiB through ``get_task_evidence`` and a whole ~8 MiB read through ``mcp_app.resources``.
+A/B, alternating: the query alone (``get_element_properties`` in a read-only transaction) vs the same
+query through the evidence path (``run_with_evidence`` from synchronous code, ``run_evidence_call``) with
+a fresh request key (claim, query, save); then the async entry point vs the query alone in a worker
+thread. Then a page of about 8 MiB through ``get_task_evidence`` and a whole ~8 MiB read through ``mcp_app.resources``.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ from django.db import connection, transaction  # noqa: E402
 from django.test import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from contexts.grants import tool_catalog  # noqa: E402
 from contexts.models import ExecutionRequest, Principal, Project, Task, TaskRun  # noqa: E402
 from contexts.selectors import resolve_context  # noqa: E402
-from contexts.services import context_create, tool_catalog  # noqa: E402
+from contexts.services import context_create  # noqa: E402
 from contexts.tokens import VerifiedToken  # noqa: E402
-from evidence.services import REQUEST_KEY_META, run_with_evidence, run_with_evidence_sync  # noqa: E402
+from evidence.services import REQUEST_KEY_META, run_with_evidence  # noqa: E402
 from evidence.task_tools import get_task_evidence  # noqa: E402
 from mcp_app.resources import read_evidence_resource  # noqa: E402
 from queries.plan import run_sync  # noqa: E402
 from queries.registry import tools_by_name  # noqa: E402
+from tests.evidence.conftest import run_evidence_call  # noqa: E402
 
 ARGS = {"context_handle": "h" * 43, "element_type": "junction", "element_id": "JUNCTION-0"}
 
@@ -81,55 +83,39 @@ def main(calls: int) -> None:
                     cursor.execute("SET TRANSACTION READ ONLY")
                 return run_sync(spec.invoke(scope, ARGS)).model_dump(mode="json")
 
+        def with_evidence(key: str) -> dict:
+            return run_evidence_call(
+                scope=scope, tool=spec, arguments=ARGS, meta={REQUEST_KEY_META: key}, execute=execute
+            )
+
         plain: list[float] = []
         saved: list[float] = []
         for i in range(calls + 20):
             t0 = time.perf_counter()
             execute()
             t1 = time.perf_counter()
-            run_with_evidence_sync(
-                scope=scope,
-                tool=spec,
-                arguments=ARGS,
-                meta={REQUEST_KEY_META: f"b-{i}"},
-                execute=execute,
-            )
+            with_evidence(f"b-{i}")
             t2 = time.perf_counter()
             if i >= 20:  # warm-up
                 plain.append(t1 - t0)
                 saved.append(t2 - t1)
         ms = lambda xs: statistics.median(xs) * 1000  # noqa: E731
-        print(f"sync  ({calls} calls): query {ms(plain):.2f} ms, with evidence {ms(saved):.2f} ms, "
+        print(f"evidence ({calls} calls from sync code): query {ms(plain):.2f} ms, with evidence {ms(saved):.2f} ms, "
               f"added {ms(saved) - ms(plain):.2f} ms median")  # fmt: skip
 
-        # Load-independent view: statements (round trips) and this process's CPU time per call.
-        statements: list[str] = []
-
-        def count(execute_sql, sql, params, many, context):  # type: ignore[no-untyped-def]
-            statements.append(sql.split()[0])
-            return execute_sql(sql, params, many, context)
-
+        # Load-independent view: this process's CPU time per call (every thread's: process_time).
         cpu_plain: list[float] = []
         cpu_saved: list[float] = []
         for i in range(calls):
             c0 = time.process_time()
             execute()
             c1 = time.process_time()
-            with connection.execute_wrapper(count):
-                run_with_evidence_sync(
-                    scope=scope,
-                    tool=spec,
-                    arguments=ARGS,
-                    meta={REQUEST_KEY_META: f"c-{i}"},
-                    execute=execute,
-                )
+            with_evidence(f"c-{i}")
             c2 = time.process_time()
             cpu_plain.append(c1 - c0)
             cpu_saved.append(c2 - c1)
-        per_call = len(statements) / calls
-        print(f"sync  CPU of this process: query {ms(cpu_plain):.2f} ms, with evidence {ms(cpu_saved):.2f} ms, "
-              f"added {ms(cpu_saved) - ms(cpu_plain):.2f} ms median; {per_call:.1f} statements per evidence call "
-              f"({', '.join(statements[: int(per_call)])})")  # fmt: skip
+        print(f"evidence CPU of this process: query {ms(cpu_plain):.2f} ms, with evidence {ms(cpu_saved):.2f} ms, "
+              f"added {ms(cpu_saved) - ms(cpu_plain):.2f} ms median")  # fmt: skip
 
         async def bench_async() -> tuple[list[float], list[float]]:
             def in_thread() -> dict:
@@ -165,7 +151,7 @@ def main(calls: int) -> None:
         element = "水" * 5500  # 16.5 KB of UTF-8 each; 500 of them ≈ 8.0 MiB
         doc = {"source": "model_network", "origin": "model_network", "data": {"items": [element] * 520}}
         t0 = time.perf_counter()
-        big = run_with_evidence_sync(
+        big = run_evidence_call(
             scope=scope, tool=spec, arguments=ARGS, meta={REQUEST_KEY_META: "big"}, execute=lambda: doc
         )
         t1 = time.perf_counter()
@@ -180,7 +166,7 @@ def main(calls: int) -> None:
         print(f"max-size page: {page.page_bytes} bytes ({page.page_bytes / 2**20:.2f} MiB, ceiling 8 MiB), "
               f"{len(page.items)} items, median {ms(times):.0f} ms (get_task_evidence, sync)")  # fmt: skip
         small = {"source": "model_network", "origin": "model_network", "data": {"items": [element] * 500}}
-        whole = run_with_evidence_sync(
+        whole = run_evidence_call(
             scope=scope,
             tool=spec,
             arguments=ARGS,

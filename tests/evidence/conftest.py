@@ -10,27 +10,54 @@ committed (``django_db_blocker.unblock()``, no test transaction) and removed aga
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
+from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, ExecutionRequest, Principal, Project, QueryContext, Task, TaskRun
 from contexts.scope import QueryScope
 from contexts.selectors import resolve_context
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
+from evidence.services import run_with_evidence
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.demo.seed import DEMO_B_SLUG, DEMO_EXECUTION_REQUEST_ID, DEMO_SESSION_ID, DEMO_SLUG
 
 HOST_CLIENT = "tjwater-agent-mcp"
+
+
+def in_thread(fn: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
+    """``execute`` for the async entry point: the sync query in a worker thread, connection returned."""
+
+    async def execute() -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            try:
+                return fn()
+            finally:
+                connection.close()
+
+        return await anyio.to_thread.run_sync(run)
+
+    return execute
+
+
+def run_evidence_call(*, execute: Callable[[], dict[str, Any]], **call: Any) -> dict[str, Any]:
+    """One call through the real evidence path (``run_with_evidence``, as the MCP edge runs it), from
+    synchronous test code: its own event loop, the database steps in worker threads, and ``execute`` —
+    the caller's query — in a worker thread too (``in_thread``)."""
+    return anyio.run(functools.partial(run_with_evidence, execute=in_thread(execute), **call))
 
 
 def verified(subject: str, client: str = HOST_CLIENT) -> VerifiedToken:

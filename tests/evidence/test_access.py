@@ -16,18 +16,18 @@ from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from evidence.models import EvidenceSnapshot
 from evidence.reads import list_snapshots, read_snapshot
-from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
+from evidence.services import REQUEST_KEY_META
 from evidence.task_tools import get_task_evidence
 from queries.plan import run_sync
 from queries.registry import tool_spec
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 
 
 def save(scope: QueryScope, tool: str, required: list[str] | None = None) -> str:
     key = uuid.uuid4().hex
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=scope,
         tool=tool_spec(tool),
         arguments={"context_handle": HANDLE, "n": key},
@@ -123,7 +123,7 @@ def test_the_whole_document_ceiling_measures_the_text_postgresql_sends(
 
     key = uuid.uuid4().hex
     doc = {"source": "x", "origin": "measured", "data": {"items": [{"a": i, "b": i} for i in range(300)]}}
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=executor,
         tool=tool_spec("list_elements"),
         arguments={"context_handle": HANDLE, "n": key},

@@ -15,19 +15,19 @@ from jsonschema import Draft202012Validator
 from mcp.shared.exceptions import MCPError
 
 from contexts.scope import QueryScope
-from evidence.services import REQUEST_KEY_META, run_with_evidence_sync
+from evidence.services import REQUEST_KEY_META
 from evidence.task_tools import PAGE_CEILING_BYTES, describe, get_task_evidence
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 
 
 def save(scope: QueryScope, doc: dict[str, Any]) -> str:
     key = uuid.uuid4().hex
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_network_schema"),
         arguments={"context_handle": HANDLE, "kind": "junction", "n": key},
@@ -148,7 +148,7 @@ def _validates(tool: str, structured: dict[str, Any]) -> None:
 def test_a_small_saved_result_is_inline_with_a_resource_link(executor: QueryScope) -> None:
     args = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}
     spec = tools_by_name()["get_element_properties"]
-    structured = run_with_evidence_sync(
+    structured = run_evidence_call(
         scope=executor,
         tool=tool_spec(spec.name),
         arguments=args,
@@ -166,7 +166,7 @@ def test_a_small_saved_result_is_inline_with_a_resource_link(executor: QueryScop
 def test_a_large_saved_page_is_cut_to_fit_and_continues_from_the_evidence(executor: QueryScope) -> None:
     args = {"context_handle": HANDLE, "element_type": "junction", "limit": 500, "offset": 0}
     spec = tools_by_name()["list_elements"]
-    structured = run_with_evidence_sync(
+    structured = run_evidence_call(
         scope=executor,
         tool=tool_spec(spec.name),
         arguments=args,
@@ -198,7 +198,7 @@ def test_a_large_saved_page_is_cut_to_fit_and_continues_from_the_evidence(execut
 
 def test_a_large_result_that_cannot_be_cut_points_at_the_evidence(executor: QueryScope) -> None:
     spec = tools_by_name()["get_network_schema"]
-    structured = run_with_evidence_sync(
+    structured = run_evidence_call(
         scope=executor,
         tool=tool_spec(spec.name),
         arguments={"context_handle": HANDLE, "kind": "pipe"},

@@ -17,21 +17,21 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from contexts.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused, RunSuperseded
+from contexts.errors import RunSuperseded
 from contexts.models import TaskRun
 from contexts.scope import QueryScope
+from evidence.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.services import (
     REQUEST_KEY_META,
     canonical_json,
     receipts_fail_stale,
     run_with_evidence,
-    run_with_evidence_sync,
 )
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.conftest import EvidenceWorld, Investigation, in_thread, run_evidence_call
 
 HANDLE = "h" * 43  # never saved or hashed: only its presence in the arguments matters here
 ELEMENT = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}
@@ -52,21 +52,6 @@ def query(
                     cursor.execute("SELECT pg_sleep(%s)", [sleep_s])
             result = run_sync(tools_by_name()[tool].invoke(scope, arguments))
         return result.model_dump(mode="json")
-
-    return execute
-
-
-def in_thread(fn: Callable[[], dict[str, Any]]) -> Callable[[], Any]:
-    """``execute`` for the async entry point: the sync query in a worker thread, connection returned."""
-
-    async def execute() -> dict[str, Any]:
-        def run() -> dict[str, Any]:
-            try:
-                return fn()
-            finally:
-                connection.close()
-
-        return await anyio.to_thread.run_sync(run)
 
     return execute
 
@@ -99,7 +84,7 @@ def test_fifty_concurrent_identical_calls_in_threads_save_once(world: EvidenceWo
     def one(_: int) -> dict[str, Any]:
         start.wait()
         try:
-            return run_with_evidence_sync(
+            return run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -158,7 +143,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
 ) -> None:
     scope = world.bind("task_execution", investigation=fresh)
     runs: list[int] = []
-    first = run_with_evidence_sync(
+    first = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -170,7 +155,7 @@ def test_a_retry_with_the_same_key_returns_the_saved_snapshot_without_a_query(
         raise AssertionError("a retry with a saved receipt must not query again")
 
     # The retry carries a new context handle (contexts expire) but the same key and parameters.
-    again = run_with_evidence_sync(
+    again = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments={**ELEMENT, "context_handle": "another-handle-0123456789"},
@@ -186,7 +171,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     scope = world.bind("task_execution", investigation=fresh)
     runs: list[int] = []
     meta = {REQUEST_KEY_META: "k-reuse"}
-    run_with_evidence_sync(
+    run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -195,7 +180,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
     )
     other = {**ELEMENT, "element_id": "JUNCTION-1"}
     with pytest.raises(RequestKeyReused):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_element_properties"),
             arguments=other,
@@ -204,7 +189,7 @@ def test_the_same_key_with_other_parameters_or_tool_is_refused(fresh: Investigat
         )
     schema_args = {"context_handle": HANDLE, "kind": "junction"}
     with pytest.raises(RequestKeyReused):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_network_schema"),
             arguments=schema_args,
@@ -229,7 +214,7 @@ def test_a_task_call_without_a_request_key_is_refused_before_anything_runs(
         {REQUEST_KEY_META: "a\x00b"},
     ):
         with pytest.raises(RequestKeyRequired) as refused:
-            run_with_evidence_sync(
+            run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -242,7 +227,7 @@ def test_a_task_call_without_a_request_key_is_refused_before_anything_runs(
 
 def test_parameters_are_saved_canonically_without_the_handle(fresh: Investigation, world: EvidenceWorld) -> None:
     scope = world.bind("task_execution", investigation=fresh)
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -266,7 +251,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     chat = world.bind("ordinary_chat", subject="alice")
     before = EvidenceSnapshot.objects.count()
     runs: list[int] = []
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=chat,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -275,7 +260,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
     )
     assert result["evidence_id"] is None and len(runs) == 1
     task = world.bind("task_execution", investigation=world.demo_task)
-    context = run_with_evidence_sync(
+    context = run_evidence_call(
         scope=task,
         tool=tool_spec("get_task_context"),
         arguments={"context_handle": HANDLE},
@@ -288,7 +273,7 @@ def test_ordinary_chat_results_and_task_tools_are_never_saved(world: EvidenceWor
 
 def test_a_reader_saves_evidence_to_its_parent_run(fresh: Investigation, world: EvidenceWorld) -> None:
     reader = world.bind("task_reader", investigation=fresh)
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=reader,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -331,7 +316,7 @@ def test_a_run_superseded_while_a_slow_query_runs_gets_nothing_written(
     other.start()
     try:
         with pytest.raises(RunSuperseded) as refused:
-            run_with_evidence_sync(
+            run_evidence_call(
                 scope=scope,
                 tool=tool_spec("get_element_properties"),
                 arguments=ELEMENT,
@@ -385,14 +370,14 @@ def test_a_failure_at_commit_fails_the_call_and_a_retry_can_proceed(
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
     }
     with pytest.raises(EvidenceNotSaved) as failed:
-        run_with_evidence_sync(**call)
+        run_evidence_call(**call)
     assert failed.value.retryable is True
     assert snapshots(inv) == []
     assert [r["state"] for r in receipts(inv)] == ["failed"]
 
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER evid_test_fail_commit ON evidence_evidencesnapshot")
-    result = run_with_evidence_sync(**call)  # the failed receipt is claimed again by the retry
+    result = run_evidence_call(**call)  # the failed receipt is claimed again by the retry
     (snapshot,) = snapshots(inv)
     assert result["evidence_id"] == str(snapshot.pk) and len(runs) == 2
     assert [(r["state"], r["attempt"]) for r in receipts(inv)] == [("complete", 2)]
@@ -483,7 +468,7 @@ def test_a_disconnect_during_the_save_keeps_the_evidence_and_the_retry_gets_the_
 
     anyio.run(first_call)
     (snapshot,) = snapshots(inv)  # saved: once the save started it was finished
-    retry = run_with_evidence_sync(
+    retry = run_evidence_call(
         scope=scope,
         tool=tool_spec("get_element_properties"),
         arguments=ELEMENT,
@@ -501,7 +486,7 @@ def test_a_query_error_releases_the_receipt(fresh: Investigation, world: Evidenc
         raise RuntimeError("the query failed")
 
     with pytest.raises(RuntimeError):
-        run_with_evidence_sync(
+        run_evidence_call(
             scope=scope,
             tool=tool_spec("get_element_properties"),
             arguments=ELEMENT,
@@ -550,13 +535,13 @@ def test_a_receipt_left_pending_by_a_crashed_process_is_taken_over_by_the_retry(
         "meta": {REQUEST_KEY_META: "orphan"},
         "execute": query(scope, "get_element_properties", ELEMENT, runs=runs),
     }
-    run_with_evidence_sync(**call)
+    run_evidence_call(**call)
     # Make it look like a crash mid-query: pending, no snapshot, last touched long ago.
     QueryReceipt.objects.filter(task=fresh.task).update(
         state="pending", snapshot=None, updated_at=timezone.now() - timedelta(minutes=5)
     )
     EvidenceSnapshot.objects.filter(task=fresh.task).delete()
-    result = run_with_evidence_sync(**call)
+    result = run_evidence_call(**call)
     assert len(runs) == 2
     assert [(r["state"], r["attempt"]) for r in receipts(fresh)] == [("complete", 2)]
     assert result["evidence_id"] == str(snapshots(fresh)[0].pk)

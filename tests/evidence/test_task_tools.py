@@ -16,7 +16,7 @@ from contexts.models import TaskReport
 from contexts.scope import QueryScope
 from evidence.demo import sample_document
 from evidence.models import EvidenceSnapshot
-from evidence.services import REQUEST_KEY_META, canonical_json, run_with_evidence_sync
+from evidence.services import REQUEST_KEY_META, canonical_json
 from evidence.task_tools import (
     DEMO_SAMPLE_SOURCE,
     PAGE_CEILING_BYTES,
@@ -26,7 +26,7 @@ from evidence.task_tools import (
 )
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 KEYS = ["b", "B", "a", "Z", "10", "9", "é", "中文", "z", "_", "A-1", "😀", "ä", "a a"]
@@ -52,7 +52,7 @@ def document(n_items: int = 1234, text: str = TEXT) -> dict[str, Any]:
 
 
 def save(scope: QueryScope, doc: dict[str, Any], key: str | None = None) -> str:
-    result = run_with_evidence_sync(
+    result = run_evidence_call(
         scope=scope,
         tool=tool_spec("list_elements"),
         arguments={"context_handle": HANDLE, "element_type": "junction", "key": key or uuid.uuid4().hex},

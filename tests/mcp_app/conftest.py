@@ -19,8 +19,9 @@ from django.conf import settings
 from django.test import override_settings
 
 from contexts import dev_issuer
+from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from queries.importer.epanet import import_network
 from tests.conftest import ServerProcess

@@ -22,7 +22,7 @@ from contexts.models import Membership
 from contexts.scope import QueryScope
 from mcp_app.executor import Execution, run_plan
 from mcp_app.pool import QueryDatabase
-from mcp_app.statement_cache import StatementCompiler, Template, _Shape
+from mcp_app.statement_cache import CompiledFactory, StatementCompiler, _Shape
 from queries.plan import run_sync
 from queries.registry import all_tools
 
@@ -162,10 +162,10 @@ def test_template_refuses_a_factory_whose_sql_depends_on_its_arguments() -> None
     from queries.models import ELEMENT_MODELS
 
     pipe = ELEMENT_MODELS["pipe"]
-    template = Template(lambda eid: pipe.objects.filter(element_id=eid).values("element_id")[:1], "x")
+    template = CompiledFactory(lambda eid: pipe.objects.filter(element_id=eid).values("element_id")[:1], "x")
     assert template.bind("LINK-1").params == ("LINK-1", 1)
     with pytest.raises(ValueError):
-        Template(lambda eid: pipe.objects.filter(element_id=eid or None).values("element_id")[:1], "")
+        CompiledFactory(lambda eid: pipe.objects.filter(element_id=eid or None).values("element_id")[:1], "")
     with pytest.raises(TypeError):
         template.bind(5)
 
@@ -188,9 +188,9 @@ def test_template_refuses_factories_that_clamp_or_branch_on_a_value() -> None:
 
     for factory, example in ((clamped, (1, 100)), (clamped, (7, 250)), (by_threshold, (1, 5000))):
         with pytest.raises(ValueError):
-            Template(factory, *example)
+            CompiledFactory(factory, *example)
     # A factory that follows the rules stays a template, even when a constant (LIMIT 1) equals an argument.
-    honest = Template(
+    honest = CompiledFactory(
         lambda pid, eid: pipe.objects.filter(project_id=pid, element_id=eid).values("element_id")[:1], 1, "L"
     )
     assert honest.bind(5, "LINK-9").params == ("LINK-9", 5, 1)
@@ -198,11 +198,11 @@ def test_template_refuses_factories_that_clamp_or_branch_on_a_value() -> None:
 
 def test_a_prepared_statement_is_built_once_per_shape_and_then_only_bound() -> None:
     from queries.models import ELEMENT_MODELS
-    from queries.plan import execute_sync, prepared
+    from queries.plan import execute_sync, statement_factory
 
     built: list[tuple[Any, ...]] = []
 
-    @prepared(static=1)
+    @statement_factory(static=1)
     def row(element_type: str, project_id: int, element_id: str) -> Any:
         built.append((element_type, project_id, element_id))
         return (
@@ -223,7 +223,7 @@ def test_a_prepared_statement_is_built_once_per_shape_and_then_only_bound() -> N
     assert len(built) > builds and other.sql != first.sql
 
     # A factory that is not a template is built and compiled on every call, still correct.
-    @prepared
+    @statement_factory
     def nullable(element_id: str) -> Any:
         built.append(("nullable", element_id))
         return ELEMENT_MODELS["pipe"].objects.filter(element_id=element_id or None).values("element_id")[:1]
@@ -316,7 +316,7 @@ def test_the_query_budget_is_the_whole_calls_not_each_statements() -> None:
     """Issue 23 item 12: a four-statement plan may not hold the database for four budgets. Four 0.4 s
     statements under a 1 s budget: each alone fits, together they do not — the third is cut when the
     budget runs out (QUERY_TIMEOUT), and the connection goes back with the session's timeout again."""
-    from contexts.errors import QueryTimeout
+    from queries.errors import QueryTimeout
 
     async def run() -> tuple[float, str, int]:
         db = QueryDatabase(size=1, budget_s=1, checkout_timeout_s=5, connect_timeout_s=5)

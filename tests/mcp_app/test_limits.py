@@ -33,10 +33,10 @@ def _take_and_give_back(url: str) -> int:
     async def run() -> int:
         limiter = _limiter(url)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             with redis.Redis.from_url(url) as observer:
-                held = int(observer.zcard(lease.key))
-            await limiter.release(lease)
+                held = int(observer.zcard(slot.key))
+            await limiter.release(slot)
             return held
         finally:
             await limiter.aclose()
@@ -103,11 +103,11 @@ def test_the_limiter_uses_the_database_index_of_the_query_string() -> None:
     async def run() -> tuple[int, int]:
         limiter = _limiter(url)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             try:
                 return int(own.zcard(key)), int(db0.zcard(key))
             finally:
-                await limiter.release(lease)
+                await limiter.release(slot)
         finally:
             await limiter.aclose()
 
@@ -133,9 +133,9 @@ def test_after_a_killed_connection_the_next_command_is_fast() -> None:
             assert admin.client_kill_filter(_id=own_id) == 1
             await asyncio.sleep(0.1)
             started = time.monotonic()
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
             elapsed = time.monotonic() - started
-            await limiter.release(lease)
+            await limiter.release(slot)
             return elapsed
         finally:
             await limiter.aclose()
@@ -160,7 +160,7 @@ def _counting(limiter: ConcurrencyLimiter) -> list[str]:
 
 
 def test_back_to_back_calls_of_one_tenant_reuse_the_idle_slot_without_redis() -> None:
-    """Released with ``release_soon``, a lease stays held, idle, and the key's next call reuses it: 20
+    """Released with ``release_soon``, a slot stays held, idle, and the key's next call reuses it: 20
     back-to-back calls cost one acquire script, the set never holds more than the one slot (never counted
     free early), and the slot is given back (one ``ZREM``) when the limiter closes."""
     observer = redis.Redis.from_url(settings.REDIS_URL)
@@ -173,10 +173,10 @@ def test_back_to_back_calls_of_one_tenant_reuse_the_idle_slot_without_redis() ->
         ids: set[str] = set()
         try:
             for _ in range(20):
-                lease = await limiter.acquire(PRINCIPAL, PROJECT)
-                ids.add(lease.lease_id)
+                slot = await limiter.acquire(PRINCIPAL, PROJECT)
+                ids.add(slot.slot_id)
                 held.append(int(observer.zcard(key)))
-                assert limiter.release_soon(lease)
+                assert limiter.release_soon(slot)
             return held, sent, ids
         finally:
             await limiter.aclose()
@@ -208,7 +208,7 @@ def test_an_idle_slot_is_reused_only_by_its_own_tenant_and_still_counts_for_othe
             second = await mine.acquire(PRINCIPAL, PROJECT)
             mine.release_soon(second)  # idle, still held
             other = await mine.acquire(PRINCIPAL + 1, PROJECT)
-            crossed = other.lease_id in (first.lease_id, second.lease_id)
+            crossed = other.slot_id in (first.slot_id, second.slot_id)
             held = int(observer.zcard(key))
             outcomes = []
             for _ in range(2):
@@ -233,7 +233,7 @@ def test_an_idle_slot_is_reused_only_by_its_own_tenant_and_still_counts_for_othe
 
 
 def test_a_slot_redis_lost_is_never_reused() -> None:
-    """A lease that is gone from Redis (expired and reaped while a refresh failed — here deleted by hand)
+    """A slot that is gone from Redis (expired and reaped while a refresh failed — here deleted by hand)
     is dropped by the next heartbeat: the tenant's next call acquires a new slot from Redis."""
     observer = redis.Redis.from_url(settings.REDIS_URL)
     key = slot_key(PRINCIPAL, PROJECT)
@@ -241,12 +241,12 @@ def test_a_slot_redis_lost_is_never_reused() -> None:
     async def run() -> tuple[str, str, int]:
         limiter = ConcurrencyLimiter(settings.REDIS_URL, max_concurrent=2, lease_s=0.3)  # heartbeat every 0.1 s
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
-            observer.zrem(key, lease.lease_id)  # Redis no longer holds it
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
+            observer.zrem(key, slot.slot_id)  # Redis no longer holds it
             await asyncio.sleep(0.25)  # a heartbeat ran and found it gone
-            limiter.release_soon(lease)
+            limiter.release_soon(slot)
             again = await limiter.acquire(PRINCIPAL, PROJECT)
-            return lease.lease_id, again.lease_id, int(observer.zcard(key))
+            return slot.slot_id, again.slot_id, int(observer.zcard(key))
         finally:
             await limiter.aclose()
 
@@ -267,8 +267,8 @@ def test_a_finished_lease_is_given_back_within_the_release_delay_without_another
     async def run() -> tuple[int, int]:
         limiter = _limiter(settings.REDIS_URL)
         try:
-            lease = await limiter.acquire(PRINCIPAL, PROJECT)
-            limiter.release_soon(lease)
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
+            limiter.release_soon(slot)
             right_after = int(observer.zcard(key))
             deadline = time.monotonic() + RELEASE_DELAY_S + 1.0
             while observer.zcard(key) and time.monotonic() < deadline:

@@ -13,9 +13,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from contexts.errors import ContextInvalid, PermissionDenied, ProjectContextRequired, ToolNotInContext
+from contexts.grants import tool_catalog
 from contexts.models import Membership, Principal, Project
 from contexts.selectors import resolve_context
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
 

@@ -18,8 +18,9 @@ from jsonschema import Draft202012Validator
 from referencing import Registry
 
 from contexts import dev_issuer
+from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, Project, QueryContext
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from queries.registry import tools_by_name
 from tests.conftest import ServerProcess

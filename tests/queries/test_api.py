@@ -233,8 +233,8 @@ def test_the_rest_query_budget_is_the_whole_calls() -> None:
 
     from django.test import override_settings
 
-    from contexts.errors import QueryTimeout
     from queries.api import run_read_only
+    from queries.errors import QueryTimeout
     from queries.plan import Raw
 
     def sleeps(scope: Any, args: dict[str, Any]) -> Any:

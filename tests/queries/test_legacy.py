@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from contexts.errors import CapabilityGap
+from queries.errors import CapabilityGap
 from queries.legacy import LEGACY_COMMANDS, LegacyCommand, refuse_unavailable, unavailable_feature
 from queries.registry import tools_by_name
 

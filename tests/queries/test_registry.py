@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from contexts import dev_issuer
-from contexts.services import tool_catalog
+from contexts.grants import tool_catalog
 from queries.api import example_request, routes
 from queries.models import Tank
 from queries.registry import all_tools, tool_spec, tools_by_name

@@ -28,8 +28,9 @@ def build(spec: dict[str, Any]) -> dict[str, Any]:
     import wntr
     from django.utils import timezone
 
+    from contexts.grants import tool_catalog
     from contexts.models import Membership, Permission, Principal, Project
-    from contexts.services import context_create, tool_catalog
+    from contexts.services import context_create
     from contexts.tokens import VerifiedToken
     from queries.importer.epanet import import_network
     from queries.models.network import Junction

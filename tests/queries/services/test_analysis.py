@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from contexts.errors import AnalysisRunWithoutSeries, CapabilityGap
 from contexts.models import Project
 from contexts.scope import QueryScope
+from queries.errors import AnalysisRunWithoutSeries, CapabilityGap
 from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResult, AnalysisRun
 from queries.schemas.common import PageRequest
 from queries.services import analysis

@@ -15,9 +15,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from contexts import access
-from contexts.errors import AnalysisRunWithoutSeries, PermissionDenied
+from contexts.errors import PermissionDenied
 from contexts.models import Project
 from contexts.scope import QueryScope
+from queries.errors import AnalysisRunWithoutSeries
 from queries.models import (
     NODE_TYPES,
     AnalysisLinkSeries,

@@ -22,9 +22,10 @@ from pyproj import Geod
 
 from contexts import dev_issuer
 from contexts.errors import InvalidParameter, LimitExceeded
+from contexts.grants import tool_catalog
 from contexts.models import Membership, Principal, Project
 from contexts.scope import QueryScope
-from contexts.services import context_create, tool_catalog
+from contexts.services import context_create
 from contexts.tokens import VerifiedToken
 from queries.models import Junction, Pipe
 from queries.schemas.common import PageRequest
