@@ -5,81 +5,26 @@ with ``resolve_context`` like the MCP edge does.
 
 The tests drive real threads and asyncio tasks with their own database connections, so every row is
 committed (``django_db_blocker.unblock()``, no test transaction) and removed again afterwards:
-``transaction=True`` would flush the demo other modules rely on.
+``transaction=True`` would flush the demo other modules rely on (tests/conftest.py refuses it at collection).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.test import override_settings
-from django.utils import timezone
 
-from contexts.models import ContextEvent, ExecutionRequest, Principal, Project, QueryContext, Task, TaskRun
+from contexts.models import ContextEvent, Project, QueryContext, Task, TaskRun
 from contexts.scope import QueryScope
 from contexts.selectors import resolve_context
 from contexts.services import context_create, tool_catalog
-from contexts.tokens import VerifiedToken
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.demo.seed import DEMO_B_SLUG, DEMO_EXECUTION_REQUEST_ID, DEMO_SESSION_ID, DEMO_SLUG
-
-HOST_CLIENT = "tjwater-agent-mcp"
-
-
-def verified(subject: str, client: str = HOST_CLIENT) -> VerifiedToken:
-    return VerifiedToken(
-        issuer=settings.TJWATER_OIDC_ISSUER,
-        subject=subject,
-        client_id=client,
-        scopes=frozenset({"mcp.context.bind", "mcp.query"}),
-        audience=(settings.TJWATER_MCP_AUDIENCE,),
-        expires_at=int(timezone.now().timestamp()) + 3600,
-    )
-
-
-@dataclass
-class Investigation:
-    """A task with a current run leased to ``session_id`` and one execution request."""
-
-    task: Task
-    run: TaskRun
-    session_id: str
-    execution_request_id: str
-
-
-@dataclass
-class EvidenceWorld:
-    demo: Project
-    demo_b: Project
-    demo_task: Investigation  # the demo's task 1 (run 2, session-demo-1)
-    other_task: Investigation  # another investigation in the same project
-    demo_b_task: Task  # bob's task in demo-b (run leased by session-demo-b-1)
-    bind: Callable[..., QueryScope]
-    investigation: Callable[[], Investigation]
-
-
-def _new_investigation(project: Project, created: list[int]) -> Investigation:
-    n = uuid.uuid4().hex[:10]
-    task = Task.objects.create(project=project, title=f"evid test {n}", status=Task.Status.IN_PROGRESS)
-    created.append(task.pk)
-    session = f"evid-session-{n}"
-    worker = Principal.objects.get(subject="svc-worker", memberships__project=project)
-    run = TaskRun.objects.create(
-        task=task,
-        sequence=1,
-        owner=worker,
-        lease_holder=session,
-        lease_expires_at=timezone.now() + timedelta(hours=2),
-    )
-    request = ExecutionRequest.objects.create(run=run, request_id=f"evid-exec-{n}")
-    return Investigation(task=task, run=run, session_id=session, execution_request_id=request.request_id)
+from tests.evidence.factories import EvidenceWorld, Investigation, new_investigation, verified
 
 
 @pytest.fixture(scope="module")
@@ -143,10 +88,10 @@ def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
         demo_task=Investigation(
             task=demo_run.task, run=demo_run, session_id=DEMO_SESSION_ID, execution_request_id=DEMO_EXECUTION_REQUEST_ID
         ),
-        other_task=_new_investigation(demo, created_tasks),
+        other_task=new_investigation(demo, created_tasks),
         demo_b_task=Task.objects.get(project=demo_b),
         bind=bind,
-        investigation=lambda: _new_investigation(demo, created_tasks),
+        investigation=lambda: new_investigation(demo, created_tasks),
     )
     yield world
     # Evidence of the demo task goes (the demo itself, its DEMO sample included, stays as seeded); our
