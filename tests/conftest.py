@@ -297,3 +297,11 @@ def fresh_caches() -> Iterator[None]:
     reset_process_caches()
     yield
     reset_process_caches()
+
+
+@pytest.fixture(scope="module")
+def db_unblocked(demo_loaded: None, django_db_blocker: Any) -> Iterator[None]:
+    """Database access for the whole module, in autocommit (committed rows, deleted by their fixtures: see
+    tests/evidence/conftest.py)."""
+    with django_db_blocker.unblock():
+        yield

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.e2e.browser import Browser
+from tests.evidence.factories import EvidenceWorld, evidence_world
 from tests.support.idp import USERS, IdentityProvider, idp_env
 from tests.support.servers import ServerProcess
 
@@ -33,3 +34,10 @@ def sso_users(django_db_blocker: object) -> Iterator[None]:
 def admin_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
     """A server (DEBUG on, as `make run`) whose admin signs operators in through the provider."""
     return start_server(**idp_env(idp))
+
+
+@pytest.fixture(scope="module")
+def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
+    """The evidence world of tests/evidence/factories.py (test_evidence_resources.py)."""
+    with evidence_world() as built:
+        yield built
