@@ -39,10 +39,10 @@ from hypothesis import strategies as st
 from contexts import dev_issuer, errors
 from mcp_app.catalog import build_catalog
 from queries.registry import all_tools
-from tests.conftest import ServerProcess, stop_process, subprocess_database_url
-from tests.mcp_app.conftest import rpc_headers
-from tests.resilience.conftest import Figures, launch_server
 from tests.resilience.load import LEAK_MARKERS
+from tests.support.mcp_http import rpc_headers
+from tests.support.resilience import Figures, launch_server
+from tests.support.servers import ServerProcess, stop_process, subprocess_database_url
 from tjwater.registry import TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
