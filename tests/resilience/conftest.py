@@ -13,6 +13,7 @@ Figures (errors by code, time to recover, counts) are printed and collected by `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,20 +50,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.resilience)
 
 
-def _as_postgres(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run a PostgreSQL server binary as the ``postgres`` user (the server refuses to run as root)."""
+def _as_postgres(*args: str, prefix: Sequence[str] = (), timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL server binary as the ``postgres`` user (the server refuses to run as root), after
+    ``prefix`` (``ip netns exec NAME``: inside a network namespace)."""
     return subprocess.run(
-        ["runuser", "-u", "postgres", "--", *args], check=True, capture_output=True, text=True, timeout=timeout
+        [*prefix, "runuser", "-u", "postgres", "--", *args], check=True, capture_output=True, text=True, timeout=timeout
     )
 
 
 @dataclass
 class PrivatePostgres:
-    """A throwaway PostgreSQL 15 cluster on 127.0.0.1:``port``, data under ``root`` (deleted at the end)."""
+    """A throwaway PostgreSQL 15 cluster on ``host``:``port``, data under ``root`` (deleted at the end);
+    ``exec_prefix`` runs it elsewhere (a network namespace of tests/support/netns.py)."""
 
     root: Path
     port: int
     dbname: str = PRIVATE_DB
+    host: str = "127.0.0.1"
+    exec_prefix: tuple[str, ...] = ()
 
     @property
     def data(self) -> Path:
@@ -75,14 +80,17 @@ class PrivatePostgres:
     @property
     def url(self) -> str:
         """``DATABASE_URL`` for servers, workers and scripts using this cluster."""
-        return f"postgis://postgres@127.0.0.1:{self.port}/{self.dbname}"
+        return f"postgis://postgres@{self.host}:{self.port}/{self.dbname}"
 
     def init(self) -> None:
         _as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        if self.host != "127.0.0.1":  # clients on the host's own subnet (the namespaces' private bridge)
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
 
     def start(self) -> None:
         options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+            f"-p {self.port} -c listen_addresses={self.host} -c unix_socket_directories={self.root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         _as_postgres(
@@ -97,11 +105,14 @@ class PrivatePostgres:
             "-o",
             options,
             "start",
+            prefix=self.exec_prefix,
         )
 
     def stop(self, mode: str = "fast") -> None:
         """``fast`` disconnects every client (their transactions abort), as an operator's restart does."""
-        _as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        _as_postgres(
+            str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", prefix=self.exec_prefix
+        )
 
     def restart(self) -> None:
         self.stop()
@@ -109,7 +120,7 @@ class PrivatePostgres:
 
     def connect(self, dbname: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname or self.dbname, connect_timeout=3, **kwargs
+            host=self.host, port=self.port, user="postgres", dbname=dbname or self.dbname, connect_timeout=3, **kwargs
         )
 
     def ready(self) -> bool:
@@ -126,24 +137,31 @@ class PrivatePostgres:
 
 @dataclass
 class PrivateRedis:
-    """A ``redis-server`` of our own on 127.0.0.1:``port`` (no persistence), stoppable and restartable."""
+    """A ``redis-server`` of our own on ``host``:``port`` (no persistence), stoppable and restartable;
+    ``exec_prefix`` runs it elsewhere (a network namespace of tests/support/netns.py)."""
 
     root: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    exec_prefix: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         self.process = subprocess.Popen(
             [
+                *self.exec_prefix,
                 "redis-server",
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                self.host,
+                # No password on a throwaway instance: reached over a namespace's private network too.
+                "--protected-mode",
+                "no",
                 "--save",
                 "",
                 "--appendonly",
@@ -161,7 +179,7 @@ class PrivateRedis:
             if self.ready():
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"private redis-server on port {self.port} did not start")
+        raise RuntimeError(f"private redis-server on {self.host}:{self.port} did not start")
 
     def stop(self) -> None:
         if self.process is not None:
@@ -215,13 +233,15 @@ def run_seed(postgres: PrivatePostgres, redis_server: PrivateRedis, spec: dict[s
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-@pytest.fixture(scope="session")
-def private_postgres() -> Iterator[PrivatePostgres]:
-    """A private, migrated PostGIS database on its own PostgreSQL 15 cluster (session-wide; tests may
-    stop and restart it but must leave it running)."""
+@contextlib.contextmanager
+def postgres_cluster(
+    host: str = "127.0.0.1", port: int = 0, exec_prefix: tuple[str, ...] = ()
+) -> Iterator[PrivatePostgres]:
+    """A private, migrated PostGIS database on its own PostgreSQL 15 cluster on ``host``:``port`` (default: a
+    free loopback port), stopped and deleted afterwards."""
     root = Path(tempfile.mkdtemp(prefix="tjwater-resil-pg-", dir="/tmp"))
     shutil.chown(root, "postgres", "postgres")
-    cluster = PrivatePostgres(root=root, port=free_port())
+    cluster = PrivatePostgres(root=root, port=port or free_port(), host=host, exec_prefix=exec_prefix)
     cluster.init()
     cluster.start()
     try:
@@ -246,32 +266,52 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture(scope="session")
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A private, migrated PostGIS database on its own PostgreSQL 15 cluster (session-wide; tests may
+    stop and restart it but must leave it running)."""
+    with postgres_cluster() as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def redis_server(host: str = "127.0.0.1", port: int = 0, exec_prefix: tuple[str, ...] = ()) -> Iterator[PrivateRedis]:
+    """A private Redis on ``host``:``port`` (default: a free loopback port), stopped afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="tjwater-resil-redis-", dir="/tmp"))
+    server = PrivateRedis(root=root, port=port or free_port(), host=host, exec_prefix=exec_prefix)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def private_redis() -> Iterator[PrivateRedis]:
     """A private Redis (session-wide; tests may stop and restart it but must leave it running)."""
-    root = Path(tempfile.mkdtemp(prefix="tjwater-resil-redis-", dir="/tmp"))
-    server = PrivateRedis(root=root, port=free_port())
-    server.start()
-    yield server
-    server.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    with redis_server() as server:
+        yield server
 
 
-def launch_server(env: dict[str, str], logs: Path, port: int | None = None) -> ServerProcess:
-    """Start ``uvicorn tjwater.asgi:application`` with ``env`` on ``port`` (default: a free one) and wait
+def launch_server(
+    env: dict[str, str], logs: Path, port: int | None = None, host: str = "127.0.0.1", exec_prefix: Sequence[str] = ()
+) -> ServerProcess:
+    """Start ``uvicorn tjwater.asgi:application`` with ``env`` on ``host``:``port`` (default: a free
+    loopback port), after ``exec_prefix`` (``ip netns exec NAME``: inside a network namespace), and wait
     until it answers ``/healthz``. Generous: on a loaded 2-core machine importing Django and the SDK
     alone can take half a minute: 90 s here (tests/conftest.py's ``start_server`` waits 60 s)."""
     port = port or free_port()
-    env = {"TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp", "PYTHONFAULTHANDLER": "1", **env}
-    log_path = logs / f"uvicorn-{port}.log"
+    env = {"TJWATER_MCP_RESOURCE_URI": f"http://{host}:{port}/mcp", "PYTHONFAULTHANDLER": "1", **env}
+    log_path = logs / f"uvicorn-{host}-{port}.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
+        [*exec_prefix, sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", host, "--port", str(port)]
         + ["--lifespan", "on", "--no-access-log"],
         cwd=ROOT,
         env=env,
         stdout=log_path.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    server = ServerProcess(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
+    server = ServerProcess(url=f"http://{host}:{port}", port=port, process=process, log_path=log_path)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -295,9 +335,13 @@ class Processes:
     logs: Path
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def server(self, port: int | None = None, **extra_env: str) -> ServerProcess:
-        """A real uvicorn process on ``port`` (default: a free one) using the private PostgreSQL and Redis."""
-        server = launch_server(private_env(self.postgres, self.redis, **extra_env), self.logs, port)
+    def server(
+        self, port: int | None = None, host: str = "127.0.0.1", exec_prefix: Sequence[str] = (), **extra_env: str
+    ) -> ServerProcess:
+        """A real uvicorn process on ``host``:``port`` (default: a free loopback port) using the private
+        PostgreSQL and Redis (``exec_prefix``: see ``launch_server``)."""
+        env = private_env(self.postgres, self.redis, **extra_env)
+        server = launch_server(env, self.logs, port, host, exec_prefix)
         self.started.append(server.process)
         return server
 
@@ -347,16 +391,21 @@ class World:
     principals: dict[str, int]
 
 
-@pytest.fixture(scope="session")
-def world(private_postgres: PrivatePostgres, private_redis: PrivateRedis) -> World:
+def seed_world(postgres: PrivatePostgres, redis_server: PrivateRedis) -> World:
+    """The two tenants' projects and principals in ``postgres`` (``run_seed``)."""
     alice_members = ["resil-alice", "resil-slow", *LOAD_PRINCIPALS]
     spec = {
         "projects": [{"slug": slug, "junction_elevation": elev} for slug, elev in TENANT_ELEVATION.items()],
         "members": [{"issuer": DEV_ISSUER, "subject": s, "project": "resil-alice"} for s in alice_members]
         + [{"issuer": DEV_ISSUER, "subject": "resil-bob", "project": "resil-bob"}],
     }
-    created = run_seed(private_postgres, private_redis, spec)
+    created = run_seed(postgres, redis_server, spec)
     return World(projects=created["projects"], principals=created["principals"])
+
+
+@pytest.fixture(scope="session")
+def world(private_postgres: PrivatePostgres, private_redis: PrivateRedis) -> World:
+    return seed_world(private_postgres, private_redis)
 
 
 def dev_token(subject: str) -> str:
