@@ -60,7 +60,7 @@ from tests.resilience.conftest import (
     seed_world,
 )
 from tests.resilience.load import VIOLATION, LoadRun, Probe, call_once
-from tests.resilience.test_faults import SERVER_ENV, live_leases
+from tests.resilience.test_faults import SERVER_ENV, live_leases, slow_probe
 from tests.resilience.test_tenants import CROSSING, tenant_check
 from tests.support.netns import Topology, unavailable
 
@@ -262,17 +262,6 @@ def tenant_probes(url: str) -> list[Probe]:
     return probes
 
 
-def slow_probe(url: str, bearer: str, handle: str, seconds: float) -> Probe:
-    return Probe(
-        label="slow",
-        url=url,
-        bearer=bearer,
-        tool="test_slow_query",
-        arguments={"context_handle": handle, "seconds": seconds},
-        expect=lambda s: None if (s.get("data") or {}).get("slept_s") == seconds else "wrong_sleep",
-    )
-
-
 async def tagged_calls(probe: Probe, first_id: int, count: int) -> list[str]:
     """``count`` calls of ``probe`` at once, each on its own connection and tagged ``x-test-call: <id>`` for
     nginx's access log (which host served it)."""
@@ -305,6 +294,30 @@ def lease_left_ms(site: Site, key: str) -> int:
         client.close()
 
 
+def connections_by_host(site: Site) -> dict[str, dict[str, int]]:
+    """The connections each host holds now on the shared PostgreSQL (by application name) and Redis: the
+    connection budget of README "Deploying on several hosts", measured."""
+    hosts = {address.split(":")[0]: host for address, host in site.balancer.upstreams.items()}
+    held: dict[str, Counter[str]] = {host: Counter() for host in HOSTS}
+    with site.postgres.connect(autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT host(client_addr), application_name, count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND client_addr IS NOT NULL GROUP BY 1, 2"
+        ).fetchall()
+    for address, application, count in rows:
+        if address in hosts:
+            held[hosts[address]][f"postgresql:{application or 'django'}"] += count
+    client = site.processes.redis.client()
+    try:
+        for entry in client.client_list():
+            address = entry["addr"].rsplit(":", 1)[0]
+            if address in hosts:
+                held[hosts[address]]["redis"] += 1
+    finally:
+        client.close()
+    return {host: dict(counts) for host, counts in held.items()}
+
+
 def test_calls_spread_over_both_hosts_and_no_tenant_crosses(site: Site, figures: Figures) -> None:
     """(a) Balanced load from 10 concurrent callers of both tenants for 8 s."""
     balancer = site.balancer
@@ -313,7 +326,11 @@ def test_calls_spread_over_both_hosts_and_no_tenant_crosses(site: Site, figures:
     asyncio.run(run.run(8))
     served = Counter(balancer.host_of(e) for e in balancer.entries(since) if e["port"] == balancer.port)
     calls = sum(served.values())
-    figures.record("several_hosts.spread", {**run.report(), "served_by_host": dict(served), "tenant_crossings": 0})
+    held = connections_by_host(site)
+    figures.record(
+        "several_hosts.spread",
+        {**run.report(), "served_by_host": dict(served), "tenant_crossings": 0, "connections_by_host": held},
+    )
     assert [s for s in run.samples if CROSSING in s.outcome] == []
     assert run.violations() == [], run.report()
     assert set(run.outcomes()) == {"ok"}, run.report()
