@@ -66,6 +66,31 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || die "Redis did not start on 127.0.0.1:6379"
 fi
 
+# --- nginx and iproute2 (the several-hosts simulation of `make resilience`) -------------------------
+# tests/resilience/test_several_hosts.py runs app hosts in network namespaces (`ip netns`, iproute2)
+# behind Debian's nginx as the load balancer: the test starts its own nginx on a free port with its own
+# pid, log and temp paths, so Debian's nginx service must not run (it would hold port 80): a policy-rc.d
+# refuses service starts for the install's duration, and the service is then disabled.
+if ! command -v ip >/dev/null 2>&1; then
+  apt_install iproute2
+fi
+if ! have_pkg nginx; then
+  POLICY_RC=/usr/sbin/policy-rc.d
+  if [[ -e $POLICY_RC ]]; then
+    apt_install nginx
+  else
+    printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC" && chmod 755 "$POLICY_RC"
+    trap 'rm -f "$POLICY_RC"' EXIT
+    apt_install nginx
+    rm -f "$POLICY_RC" && trap - EXIT
+  fi
+  if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+    systemctl disable --now nginx >/dev/null 2>&1 || true
+  elif command -v update-rc.d >/dev/null 2>&1; then
+    update-rc.d nginx disable >/dev/null 2>&1 || true
+  fi
+fi
+
 # --- Chromium (the browser tests drive Debian's build through playwright-core in devtools/) ----------
 if ! command -v chromium >/dev/null 2>&1; then
   apt_install chromium

@@ -13,9 +13,6 @@ The harness's names stay importable from here too (re-exported from tests/suppor
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,8 +33,11 @@ from tests.support.resilience import (
     bind,
     dev_token,
     launch_server,
+    postgres_cluster,
     private_env,
+    redis_server,
     run_seed,
+    seed_world,
 )
 from tests.support.servers import ROOT, ServerProcess, free_port, stop_process
 
@@ -78,31 +78,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def private_postgres() -> Iterator[PrivatePostgres]:
     """A private, migrated PostGIS database on its own PostgreSQL cluster (session-wide; tests may stop
     and restart it but must leave it running)."""
-    cluster = PrivatePostgres.create(dbname=PRIVATE_DB, prefix="tjwater-resil-pg-")
-    try:
-        cluster.start()
-        cluster.create_database()
-        with cluster.connect(autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": cluster.url},
-            check=True,
-            timeout=300,
-        )
+    with postgres_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.remove()
 
 
 @pytest.fixture(scope="session")
 def private_redis() -> Iterator[PrivateRedis]:
     """A private Redis (session-wide; tests may stop and restart it but must leave it running)."""
-    server = PrivateRedis.create(prefix="tjwater-resil-redis-")
-    server.start()
-    yield server
-    server.remove()
+    with redis_server() as server:
+        yield server
 
 
 @pytest.fixture
@@ -119,14 +103,7 @@ def processes(private_postgres: PrivatePostgres, private_redis: PrivateRedis, tm
 
 @pytest.fixture(scope="session")
 def world(private_postgres: PrivatePostgres, private_redis: PrivateRedis) -> World:
-    alice_members = ["resil-alice", "resil-slow", *LOAD_PRINCIPALS]
-    spec = {
-        "projects": [{"slug": slug, "junction_elevation": elev} for slug, elev in TENANT_ELEVATION.items()],
-        "members": [{"issuer": DEV_ISSUER, "subject": s, "project": "resil-alice"} for s in alice_members]
-        + [{"issuer": DEV_ISSUER, "subject": "resil-bob", "project": "resil-bob"}],
-    }
-    created = run_seed(private_postgres, private_redis, spec)
-    return World(projects=created["projects"], principals=created["principals"])
+    return seed_world(private_postgres, private_redis)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ Every answer is classified:
   ``retryable: true`` (or the context API's JSON 503 with such a code);
 - ``http_503``: the MCP endpoint's 503 (authentication temporarily unavailable);
 - ``transport``: no HTTP answer because the server process is gone (honest, never a success);
+- ``bad_gateway``: the load balancer's own 502 (its upstream server process is gone: the same honest
+  failure as ``transport``, seen through nginx; tests/resilience/test_several_hosts.py);
 - ``VIOLATION:…``: anything else — a success with wrong or empty data, a non-retryable error code
   (``INTERNAL_ERROR``), another HTTP status, a JSON-RPC error, a stack trace or SQL in the body, or no
   answer within the call timeout.
@@ -84,6 +86,8 @@ def classify_tool(response: httpx2.Response, expect: Expect) -> str:
         return f"{VIOLATION}leak:{leak.strip()}"
     if response.status_code == 503:
         return "http_503"
+    if response.status_code == 502 and response.headers.get("server", "").startswith("nginx"):
+        return "bad_gateway"
     if response.status_code != 200:
         return f"{VIOLATION}http_{response.status_code}"
     try:

@@ -256,8 +256,9 @@ def live_leases(processes: Processes, key: str) -> int:
         client.close()
 
 
-async def slow_call(url: str, bearer: str, handle: str, seconds: float) -> str:
-    probe = Probe(
+def slow_probe(url: str, bearer: str, handle: str, seconds: float) -> Probe:
+    """A ``test_slow_query`` call (``pg_sleep(seconds)``) that succeeds only with the time it slept."""
+    return Probe(
         label="slow",
         url=url,
         bearer=bearer,
@@ -265,6 +266,10 @@ async def slow_call(url: str, bearer: str, handle: str, seconds: float) -> str:
         arguments={"context_handle": handle, "seconds": seconds},
         expect=lambda s: None if (s.get("data") or {}).get("slept_s") == seconds else "wrong_sleep",
     )
+
+
+async def slow_call(url: str, bearer: str, handle: str, seconds: float) -> str:
+    probe = slow_probe(url, bearer, handle, seconds)
     from tests.resilience.load import call_once
 
     async with httpx2.AsyncClient(timeout=60) as client:

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,28 +36,47 @@ def pg_bin(name: str) -> str:
     raise RuntimeError(f"{name} not found")
 
 
-def as_postgres(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """Run a PostgreSQL program as the ``postgres`` OS user when we are root (the server refuses root)."""
+def as_postgres(
+    *args: str, timeout: float = 120, exec_prefix: Sequence[str] = (), **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run a PostgreSQL program as the ``postgres`` OS user when we are root (the server refuses root),
+    after ``exec_prefix`` (``ip netns exec NAME``: inside a network namespace, tests/support/netns.py)."""
     prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    return subprocess.run([*prefix, *args], check=True, capture_output=True, text=True, timeout=timeout, **kwargs)
+    return subprocess.run(
+        [*exec_prefix, *prefix, *args], check=True, capture_output=True, text=True, timeout=timeout, **kwargs
+    )
 
 
 @dataclass
 class PrivatePostgres:
-    """A throwaway PostgreSQL cluster on 127.0.0.1:``port``, data under ``root`` (deleted by ``remove``)."""
+    """A throwaway PostgreSQL cluster on ``host``:``port``, data under ``root`` (deleted by ``remove``);
+    ``exec_prefix`` runs it elsewhere (a network namespace of tests/support/netns.py)."""
 
     root: Path
     port: int
     dbname: str = "postgres"
+    host: str = "127.0.0.1"
+    exec_prefix: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, dbname: str = "postgres", prefix: str = "tjwater-pg-") -> PrivatePostgres:
-        """A new, initialised (not started) cluster on a free port."""
+    def create(
+        cls,
+        dbname: str = "postgres",
+        prefix: str = "tjwater-pg-",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        exec_prefix: tuple[str, ...] = (),
+    ) -> PrivatePostgres:
+        """A new, initialised (not started) cluster on ``host``:``port`` (default: a free loopback port)."""
         root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
         if os.geteuid() == 0:
             shutil.chown(root, "postgres", "postgres")
-        cluster = cls(root=root, port=free_port(), dbname=dbname)
+        cluster = cls(root=root, port=port or free_port(), dbname=dbname, host=host, exec_prefix=exec_prefix)
         as_postgres(pg_bin("initdb"), "-D", str(cluster.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        if host != "127.0.0.1":  # clients on the host's own subnet (the namespaces' private bridge)
+            with (cluster.data / "pg_hba.conf").open("a") as hba:
+                hba.write("host all all samenet trust\n")
         return cluster
 
     @property
@@ -70,20 +90,24 @@ class PrivatePostgres:
     @property
     def url(self) -> str:
         """``DATABASE_URL`` for servers, workers and scripts using this cluster's ``dbname``."""
-        return f"postgis://postgres@127.0.0.1:{self.port}/{self.dbname}"
+        return f"postgis://postgres@{self.host}:{self.port}/{self.dbname}"
 
     def start(self) -> None:
         options = (
-            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.root} "
+            f"-p {self.port} -c listen_addresses={self.host} -c unix_socket_directories={self.root} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
         as_postgres(
-            pg_bin("pg_ctl"), "-D", str(self.data), "-l", str(self.log_path), "-w", "-t", "60", "-o", options, "start"
+            pg_bin("pg_ctl"),
+            *("-D", str(self.data), "-l", str(self.log_path), "-w", "-t", "60", "-o", options, "start"),
+            exec_prefix=self.exec_prefix,
         )
 
     def stop(self, mode: str = "fast") -> None:
         """``fast`` disconnects every client (their transactions abort), as an operator's restart does."""
-        as_postgres(pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        as_postgres(
+            pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop", exec_prefix=self.exec_prefix
+        )
 
     def restart(self) -> None:
         self.stop()
@@ -91,7 +115,7 @@ class PrivatePostgres:
 
     def connect(self, dbname: str | None = None, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", dbname=dbname or self.dbname, connect_timeout=3, **kwargs
+            host=self.host, port=self.port, user="postgres", dbname=dbname or self.dbname, connect_timeout=3, **kwargs
         )
 
     def create_database(self) -> None:
@@ -121,24 +145,37 @@ class PrivatePostgres:
 
 @dataclass
 class PrivateRedis:
-    """A ``redis-server`` of our own on 127.0.0.1:``port`` (no persistence), stoppable and restartable."""
+    """A ``redis-server`` of our own on ``host``:``port`` (no persistence), stoppable and restartable;
+    ``exec_prefix`` runs it elsewhere (a network namespace of tests/support/netns.py)."""
 
     root: Path
     port: int
     process: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    exec_prefix: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, prefix: str = "tjwater-redis-") -> PrivateRedis:
-        """A new (not started) server on a free port."""
-        return cls(root=Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")), port=free_port())
+    def create(
+        cls,
+        prefix: str = "tjwater-redis-",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        exec_prefix: tuple[str, ...] = (),
+    ) -> PrivateRedis:
+        """A new (not started) server on ``host``:``port`` (default: a free loopback port)."""
+        root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        return cls(root=root, port=port or free_port(), host=host, exec_prefix=exec_prefix)
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            [*self.exec_prefix, "redis-server", "--port", str(self.port), "--bind", self.host]
+            # No password on a throwaway instance: reached over a namespace's private network too.
+            + ["--protected-mode", "no", "--save", "", "--appendonly", "no"]
             + ["--dir", str(self.root), "--logfile", str(self.root / "redis.log")],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -148,7 +185,7 @@ class PrivateRedis:
             if self.ready():
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"private redis-server on port {self.port} did not start")
+        raise RuntimeError(f"private redis-server on {self.host}:{self.port} did not start")
 
     def stop(self) -> None:
         if self.process is not None:

@@ -8,12 +8,14 @@ Figures (errors by code, time to recover, counts) are printed and collected by `
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,50 @@ def run_seed(postgres: PrivatePostgres, redis_server: PrivateRedis, spec: dict[s
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
-def launch_server(env: dict[str, str], logs: Path, port: int | None = None) -> ServerProcess:
-    """A uvicorn server with ``env`` on ``port`` (default: a free one), started and waited for by the one
+def launch_server(
+    env: dict[str, str], logs: Path, port: int | None = None, host: str = "127.0.0.1", exec_prefix: Sequence[str] = ()
+) -> ServerProcess:
+    """A uvicorn server with ``env`` on ``host``:``port`` (default: a free loopback port), after
+    ``exec_prefix`` (``ip netns exec NAME``: inside a network namespace), started and waited for by the one
     launcher (tests/support/servers.py)."""
-    return launch(env, logs, port=port)
+    return launch(env, logs, port=port, host=host, prefix=exec_prefix)
+
+
+@contextlib.contextmanager
+def postgres_cluster(
+    host: str = "127.0.0.1", port: int = 0, exec_prefix: tuple[str, ...] = ()
+) -> Iterator[PrivatePostgres]:
+    """A private, migrated PostGIS database on its own PostgreSQL cluster on ``host``:``port`` (default: a
+    free loopback port), stopped and deleted afterwards."""
+    cluster = PrivatePostgres.create(
+        dbname=PRIVATE_DB, prefix="tjwater-resil-pg-", host=host, port=port, exec_prefix=exec_prefix
+    )
+    try:
+        cluster.start()
+        cluster.create_database()
+        with cluster.connect(autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS postgis")
+        subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": cluster.url},
+            check=True,
+            timeout=300,
+        )
+        yield cluster
+    finally:
+        cluster.remove()
+
+
+@contextlib.contextmanager
+def redis_server(host: str = "127.0.0.1", port: int = 0, exec_prefix: tuple[str, ...] = ()) -> Iterator[PrivateRedis]:
+    """A private Redis on ``host``:``port`` (default: a free loopback port), stopped and deleted afterwards."""
+    server = PrivateRedis.create(prefix="tjwater-resil-redis-", host=host, port=port, exec_prefix=exec_prefix)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
 
 
 @dataclass
@@ -80,9 +122,13 @@ class Processes:
     logs: Path
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
-    def server(self, port: int | None = None, **extra_env: str) -> ServerProcess:
-        """A real uvicorn process on ``port`` (default: a free one) using the private PostgreSQL and Redis."""
-        server = launch_server(private_env(self.postgres, self.redis, **extra_env), self.logs, port)
+    def server(
+        self, port: int | None = None, host: str = "127.0.0.1", exec_prefix: Sequence[str] = (), **extra_env: str
+    ) -> ServerProcess:
+        """A real uvicorn process on ``host``:``port`` (default: a free loopback port) using the private
+        PostgreSQL and Redis (``exec_prefix``: see ``launch_server``)."""
+        env = private_env(self.postgres, self.redis, **extra_env)
+        server = launch_server(env, self.logs, port, host, exec_prefix)
         self.started.append(server.process)
         return server
 
@@ -118,6 +164,18 @@ LOAD_PRINCIPALS = ["resil-load0", "resil-load1", "resil-load2", "resil-load3"]
 class World:
     projects: dict[str, int]
     principals: dict[str, int]
+
+
+def seed_world(postgres: PrivatePostgres, redis_server: PrivateRedis) -> World:
+    """The two tenants' projects and principals in ``postgres`` (``run_seed``)."""
+    alice_members = ["resil-alice", "resil-slow", *LOAD_PRINCIPALS]
+    spec = {
+        "projects": [{"slug": slug, "junction_elevation": elev} for slug, elev in TENANT_ELEVATION.items()],
+        "members": [{"issuer": DEV_ISSUER, "subject": s, "project": "resil-alice"} for s in alice_members]
+        + [{"issuer": DEV_ISSUER, "subject": "resil-bob", "project": "resil-bob"}],
+    }
+    created = run_seed(postgres, redis_server, spec)
+    return World(projects=created["projects"], principals=created["principals"])
 
 
 def dev_token(subject: str) -> str:

@@ -93,6 +93,7 @@ def launch(
     log_dir: Path,
     *,
     port: int | None = None,
+    host: str = "127.0.0.1",
     kind: Literal["uvicorn", "runserver"] = "uvicorn",
     workers: int = 1,
     access_log: bool = False,
@@ -100,26 +101,28 @@ def launch(
     log_name: str | None = None,
     new_session: bool = False,
 ) -> ServerProcess:
-    """Start a server with environment ``env`` (complete: nothing of this process's is added) on ``port``
-    (default: a free one) and return it once ready (see the module docstring).
+    """Start a server with environment ``env`` (complete: nothing of this process's is added) on
+    ``host``:``port`` (default: a free loopback port) and return it once ready (see the module docstring).
 
     ``TJWATER_MCP_RESOURCE_URI`` defaults to this port's /mcp; ``prefix`` goes before the command (e.g.
-    ``taskset -c 0``); ``new_session`` puts the server and its workers in a process group of their own."""
+    ``taskset -c 0``, or ``ip netns exec NAME`` with ``host`` an address of that namespace);
+    ``new_session`` puts the server and its workers in a process group of their own."""
     port = port or free_port()
     env = {
-        "TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp",
+        "TJWATER_MCP_RESOURCE_URI": f"http://{host}:{port}/mcp",
         "PYTHONUNBUFFERED": "1",
         "PYTHONFAULTHANDLER": "1",
         **env,
     }
     if kind == "uvicorn":
-        command = [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1"]
+        command = [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", host]
         command += ["--port", str(port), "--lifespan", "on"]
         command += [] if access_log else ["--no-access-log"]
         command += ["--workers", str(workers)] if workers > 1 else []
     else:
-        command = [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"]
-    log_path = log_dir / (log_name or f"{kind}-{port}.log")
+        command = [sys.executable, "manage.py", "runserver", "--noreload", f"{host}:{port}"]
+    # Two hosts (network namespaces) may use the same port: the address is in the name.
+    log_path = log_dir / (log_name or f"{kind}-{host}-{port}.log")
     process = subprocess.Popen(
         [*prefix, *command],
         cwd=ROOT,
@@ -128,7 +131,7 @@ def launch(
         stderr=subprocess.STDOUT,
         start_new_session=new_session,
     )
-    server = ServerProcess(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
+    server = ServerProcess(url=f"http://{host}:{port}", port=port, process=process, log_path=log_path)
     wait_ready(server, workers=workers if kind == "uvicorn" else 1)
     return server
 
