@@ -82,6 +82,10 @@ def demo_loaded(django_db_setup: None, django_db_blocker: Any) -> None:
         ensure_demo_loaded()
 
 
+#: Servers started by ``start_server`` and not yet stopped, each with whether it serves the whole session.
+_RUNNING: list[tuple[ServerProcess, bool]] = []
+
+
 @pytest.fixture(scope="session")
 def start_server(
     django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
@@ -89,29 +93,44 @@ def start_server(
     """Start uvicorn processes on free ports against the (committed) test database.
 
     ``start_server(**env)`` returns a running server; extra keyword arguments become environment
-    variables of that process. All servers are stopped at the end of the session.
+    variables of that process. A server is stopped at the end of the test module that started it
+    (``_stop_module_servers``) — each holds its own connection pools, so a session must not accumulate
+    one per module — unless it was started with ``_session=True`` for a session-scoped fixture, which
+    stops it at the end of the session.
     """
-    started: list[ServerProcess] = []
     logs = tmp_path_factory.mktemp("uvicorn")
 
-    def _start(**extra_env: str) -> ServerProcess:
+    def _start(*, _session: bool = False, **extra_env: str) -> ServerProcess:
         server = servers.launch(
             {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
             | extra_env,
             logs,
         )
-        started.append(server)
+        _RUNNING.append((server, _session))
         return server
 
     yield _start
-    for server in started:
+    for server, _ in _RUNNING:
         server.stop()
+    _RUNNING.clear()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _stop_module_servers() -> Iterator[None]:
+    """Stop the servers this module started (its module fixtures are torn down before this one)."""
+    before = len(_RUNNING)
+    yield
+    mine = [(server, session) for server, session in _RUNNING[before:]]
+    for server, session in mine:
+        if not session:
+            server.stop()
+    _RUNNING[before:] = [(server, session) for server, session in mine if session]
 
 
 @pytest.fixture(scope="session")
 def live_server_url(start_server: Callable[..., ServerProcess]) -> str:
     """One shared server with the default test settings."""
-    return start_server().url
+    return start_server(_session=True).url
 
 
 @pytest.fixture
@@ -199,7 +218,7 @@ def call_tool_raw(e2e_handles: dict[str, str]) -> Callable[..., dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def mcp_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
-    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+    return start_server(_session=True, **SERVER_ENV, REDIS_URL=settings.REDIS_URL)
 
 
 @pytest.fixture(scope="session")
@@ -207,6 +226,7 @@ def product_server(start_server: Callable[..., ServerProcess], e2e_project: E2EP
     """A server in its product configuration — ``tjwater.settings``, so no test-only tool — with the dev
     issuer on only to verify the tests' tokens, and this deployment's service client configured."""
     return start_server(
+        _session=True,
         **SERVER_ENV,
         DJANGO_SETTINGS_MODULE="tjwater.settings",
         TJWATER_READ_ENV_FILE="0",
@@ -221,7 +241,7 @@ def product_server(start_server: Callable[..., ServerProcess], e2e_project: E2EP
 @pytest.fixture(scope="session")
 def mcp_server_b(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
     """A second process on the same database and Redis (cross-process limits)."""
-    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+    return start_server(_session=True, **SERVER_ENV, REDIS_URL=settings.REDIS_URL)
 
 
 # --- the OpenID provider (tests/support/idp.py) and the in-process issuer (tests/support/tokens.py) --
@@ -252,7 +272,7 @@ def idp(provider_factory: Callable[..., IdentityProvider]) -> IdentityProvider:
 @pytest.fixture(scope="session")
 def idp_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
     """One server trusting the shared provider (shared by the admin and the /mcp interop tests)."""
-    return start_server(**idp_env(idp))
+    return start_server(_session=True, **idp_env(idp))
 
 
 @pytest.fixture(scope="session")

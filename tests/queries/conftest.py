@@ -46,7 +46,7 @@ def demo_handles(demo_loaded: None, django_db_blocker: Any) -> Iterator[dict[tup
 
 @pytest.fixture(scope="session")
 def demo_server(start_server: Callable[..., ServerProcess], demo_handles: dict[tuple[str, str], str]) -> ServerProcess:
-    return start_server(REDIS_URL=settings.REDIS_URL)
+    return start_server(_session=True, REDIS_URL=settings.REDIS_URL)
 
 
 @pytest.fixture
