@@ -42,13 +42,17 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
 return 1
 """
 
-# Refresh only a lease that still exists (XX): an expired-and-reaped lease is not revived.
+# Refresh only a lease that still exists (XX): an expired-and-reaped lease is not revived. Returns 1 when
+# the lease was there (refreshed), 0 when it is gone (the process then never reuses it).
 REFRESH_SCRIPT = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local n = redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[2])
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[1]), ARGV[2])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
-return n
+return 1
 """
 
 #: A REST request holds its slot without a heartbeat, so its lease covers the whole query budget plus a

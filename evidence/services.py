@@ -13,8 +13,9 @@ allows evidence (``ToolSpec.evidence_allowed``):
    the saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over
    by one ``UPDATE … WHERE state = …`` (one winner), ``pending`` → wait and look again.
 3. the query runs — the caller's ``execute`` — with no lock held by this module.
-4. ``complete`` (ONE short transaction) — the run row is read ``FOR SHARE`` and re-checked, the snapshot
-   inserted, the receipt marked ``complete`` (only by the claim's own attempt), commit. Only then is the
+4. ``complete`` (ONE statement: one round trip, its own transaction) — the run row is read ``FOR SHARE``
+   and re-checked, the receipt marked ``complete`` (only by the claim's own attempt), the snapshot
+   inserted, commit. Only then is the
    result returned, with ``evidence_id`` and ``evidence_uri``. A superseded run → nothing written,
    ``RunSuperseded``; a commit failure → ``EvidenceNotSaved``. Either way the receipt becomes ``failed``.
 5. a query error or a cancellation before step 4 → ``abandon``: the receipt becomes ``failed``, nothing
@@ -45,8 +46,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from contexts.errors import InvalidParameter, RunNotCurrent
-from contexts.models import TASK_PURPOSES
+from contexts.errors import InvalidParameter, RunNotCurrent, RunSuperseded
+from contexts.models import TASK_PURPOSES, ContextPurpose, QueryContext, TaskRun
 from contexts.run_checks import require_run_current
 from contexts.scope import QueryScope
 from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
@@ -113,6 +114,7 @@ class EvidenceCall:
     tool: str
     source: str
     params: dict[str, Any]
+    params_json: str  # the RFC 8785 text of ``params``: hashed into ``params_hash`` and saved as it is
     params_hash: str
     request_key: str
     required_permissions: list[str]
@@ -145,6 +147,7 @@ def prepare(
         raise RunNotCurrent()
     key = request_key_from(meta)
     params = canonical_params(arguments)
+    params_json = canonical_json(params)  # once: hashed here, saved by ``complete``
     return EvidenceCall(
         scope=scope,
         context_id=scope.context_id,
@@ -153,7 +156,8 @@ def prepare(
         tool=tool.name,
         source=tool.source,
         params=params,
-        params_hash=hashlib.sha256(canonical_json(params)).hexdigest(),
+        params_json=params_json.decode(),
+        params_hash=hashlib.sha256(params_json).hexdigest(),
         request_key=key,
         required_permissions=sorted(set(tool.permissions if required_permissions is None else required_permissions)),
     )
@@ -180,22 +184,43 @@ RETURNING attempt
 """
 
 
-# The snapshot and the receipt's completion in one statement (one round trip inside the transaction).
-# The UPDATE matches only this claim's attempt of a still pending receipt; no row back → the claim was
-# lost (the INSERT is then rolled back with the transaction).
+# The save in ONE statement, one round trip, in its own (autocommit) transaction: the run check of
+# ``contexts.services.require_run_current`` with the run row read FOR SHARE (a supersession — an UPDATE of
+# that row — waits for this statement's commit, and one that committed first is seen: READ COMMITTED
+# re-checks a locked row's newest version), the receipt completed only while the run is current and this
+# claim's attempt still holds it, and the snapshot inserted only when the receipt was (its foreign key is
+# checked at the commit, so the receipt may name the snapshot first). The last row says which check
+# failed, if any: no run row / not bound → RunNotCurrent, superseded → RunSuperseded, lease not held →
+# RunNotCurrent, run current but no snapshot → the claim was lost.
 _SAVE_SQL = f"""
-WITH snapshot AS (
+WITH run AS (
+    SELECT r.id,
+           c.purpose IN ('{ContextPurpose.TASK_EXECUTION.value}', '{ContextPurpose.TASK_READER.value}')
+               AND r.task_id = c.task_id AS bound,
+           r.superseded_at IS NOT NULL AS superseded,
+           COALESCE(r.lease_holder <> '' AND r.lease_expires_at > now() AND r.lease_holder =
+               CASE WHEN c.purpose = '{ContextPurpose.TASK_EXECUTION.value}' THEN c.session_id
+                    ELSE c.parent_session_id END, false) AS leased
+    FROM {QueryContext._meta.db_table} c JOIN {TaskRun._meta.db_table} r ON r.id = c.run_id
+    WHERE c.id = %(context)s
+    FOR SHARE OF r
+), receipt AS (
+    UPDATE {QueryReceipt._meta.db_table}
+    SET state = 'complete', snapshot_id = %(snapshot)s, updated_at = now()
+    WHERE id = %(receipt)s AND attempt = %(attempt)s AND state = 'pending'
+      AND EXISTS (SELECT 1 FROM run WHERE run.bound AND NOT run.superseded AND run.leased)
+    RETURNING id
+), snapshot AS (
     INSERT INTO {EvidenceSnapshot._meta.db_table}
         (id, project_id, task_id, run_id, principal_id, required_permissions, tool, source, params, data,
          byte_size, sha256, origin, created_at)
-    VALUES (%s, %s, %s, %s, %s, %s::varchar(32)[], %s, %s, %s::jsonb, %s::jsonb, %s, %s, 'system', now())
+    SELECT %(snapshot)s, %(project)s, %(task)s, %(run)s, %(principal)s, %(permissions)s::varchar(32)[], %(tool)s,
+           %(source)s, %(params)s::jsonb, %(data)s::jsonb, %(size)s, %(sha256)s, 'system', now()
+    FROM receipt
     RETURNING id
 )
-UPDATE {QueryReceipt._meta.db_table} AS r
-SET state = 'complete', snapshot_id = snapshot.id, updated_at = now()
-FROM snapshot
-WHERE r.id = %s AND r.attempt = %s AND r.state = 'pending'
-RETURNING r.id
+SELECT run.bound, run.superseded, run.leased, (SELECT id FROM snapshot)
+FROM (SELECT 1) AS one LEFT JOIN run ON true
 """
 
 
@@ -274,44 +299,49 @@ def abandon(call: EvidenceCall) -> None:
 
 @telemetry.traced_sync("evidence.save")
 def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any]:
-    """Step 4: in ONE short transaction, confirm the run (row read ``FOR SHARE``: a supersession waits
-    for this commit), insert the snapshot and complete the receipt; return the result with
-    ``evidence_id`` and ``evidence_uri`` only after the commit succeeded. Must be called outside any
-    transaction of the caller (its commit is the point of no return)."""
+    """Step 4: in ONE statement (``_SAVE_SQL``: one round trip, its own transaction), confirm the run
+    (row read ``FOR SHARE``: a supersession waits for this commit), complete the receipt and insert the
+    snapshot; return the result with ``evidence_id`` and ``evidence_uri`` only after the commit
+    succeeded. Must be called outside any transaction of the caller (its commit is the point of no
+    return). The result is canonicalized once (RFC 8785): the text is hashed and stored as it is."""
     if connection.in_atomic_block:
         raise RuntimeError("evidence must be saved in its own transaction, not inside the caller's")
     data = {k: v for k, v in structured.items() if k not in ADDED_KEYS}
-    body = canonical_json(data)  # before the transaction: no lock is held while hashing
-    params_json = canonical_json(call.params).decode()
+    body = canonical_json(data)  # before the statement: no lock is held while hashing
     snapshot_id = uuid.uuid4()
     scope = call.scope
     try:
-        with transaction.atomic():
-            require_run_current(context_id=call.context_id, lock=True)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    _SAVE_SQL,
-                    [
-                        snapshot_id,
-                        scope.project_id,
-                        call.task_id,
-                        call.run_id,
-                        scope.principal_id,
-                        call.required_permissions,
-                        call.tool,
-                        call.source,
-                        params_json,
-                        body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
-                        len(body),
-                        hashlib.sha256(body).hexdigest(),
-                        call.receipt_id,
-                        call.attempt,
-                    ],
-                )
-                saved = cursor.fetchone()
-            if saved is None:
-                # The receipt was failed as stale and maybe taken over meanwhile: this attempt lost it.
-                raise _ReceiptLost
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _SAVE_SQL,
+                {
+                    "context": call.context_id,
+                    "snapshot": snapshot_id,
+                    "receipt": call.receipt_id,
+                    "attempt": call.attempt,
+                    "project": scope.project_id,
+                    "task": call.task_id,
+                    "run": call.run_id,
+                    "principal": scope.principal_id,
+                    "permissions": call.required_permissions,
+                    "tool": call.tool,
+                    "source": call.source,
+                    "params": call.params_json,
+                    "data": body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
+                    "size": len(body),
+                    "sha256": hashlib.sha256(body).hexdigest(),
+                },
+            )
+            bound, superseded, leased, saved = cursor.fetchone()
+        if not bound:
+            raise RunNotCurrent()
+        if superseded:
+            raise RunSuperseded()
+        if not leased:
+            raise RunNotCurrent()
+        if saved is None:
+            # The receipt was failed as stale and maybe taken over meanwhile: this attempt lost it.
+            raise _ReceiptLost
     except RunNotCurrent:
         metrics.EVIDENCE_FAILED.inc()
         _release_quietly(call)

@@ -14,7 +14,7 @@ the receipt claimed before the query, keyed by ``_meta["cn.tjwater/requestKey"]`
 before the result is returned; its reply is ``evidence_call_result``).
 
 No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query)
-and 2 Redis round trips (acquire, release) per one-statement tool.
+and at most 1 Redis round trip (the acquire; none when the tenant's idle slot is reused) per one-statement tool.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from mcp_app.errors import (
     unknown_tool,
 )
 from mcp_app.executor import Execution, run_plan
-from mcp_app.inline import cut_summary, fit_inline
+from mcp_app.inline import cut_summary, fit_inline, json_size
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import CallConnection, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
@@ -63,6 +63,7 @@ from mcp_app.resources import (
 )
 from mcp_app.tenant_slots import EarlySlot, TenantHints
 from queries.arguments import bad_text_path
+from queries.fitting import InlineBudget
 
 logger = logging.getLogger("tjwater.mcp")
 audit = logging.getLogger("tjwater.audit")
@@ -200,11 +201,21 @@ class Dispatcher:
                 reply = evidence_call_result(entry.spec, saved)
                 rows = _row_count(reply.structured_content or {})
                 return reply
-            result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
+            max_bytes = settings.TJWATER_MCP_INLINE_MAX_BYTES
+            # A plain call's page is built only as far as it can be returned (``queries.fitting``); tools
+            # whose items are read on with ``part`` need the whole page for that.
+            with InlineBudget(None if entry.spec.item_parts else max_bytes) as budget:
+                result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
+            dumped = result.model_dump(mode="json")
+            if budget.stopped and json_size(dumped) <= max_bytes:
+                # Presented, the items built fit after all (unit scaling shortened numbers): the page
+                # has more than was built, so build it whole (rare; never a short page as if whole).
+                result = await self._run(call, entry, scope, args, session if progress else None)
+                dumped = result.model_dump(mode="json")
             structured = fit_inline(
-                result.model_dump(mode="json"),
+                dumped,
                 args,
-                settings.TJWATER_MCP_INLINE_MAX_BYTES,
+                max_bytes,
                 entry.validator,
                 item_parts=entry.spec.item_parts,
                 series_start=entry.spec.series_start,

@@ -64,6 +64,11 @@ class TenantHints:
         tenant, identity = hint
         if identity != (token.issuer, token.subject, token.client_id):
             return None
+        idle = limiter.reuse(*tenant)
+        if idle is not None:  # a slot this process holds idle for the tenant: no Redis, no task
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(idle)
+            return EarlySlot(tenant, done)
         return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
 
     def learn(self, handle: object, scope: QueryScope) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
+from queries.fitting import fitting
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
 from queries.paging import paged
@@ -129,14 +130,14 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
     fields, expressions = _db_values(element_type)
     ordered = base.order_by("element_id").values(*fields, **expressions)
     total, rows, has_more = yield from paged(base, ordered, page)
-    items = [
-        ElementProperties(
+    items = fitting(  # under the MCP edge's inline budget only the items that can be returned are built
+        rows,
+        lambda row: ElementProperties(
             element_type=element_type,  # type: ignore[arg-type]  # checked above
             element_id=row["element_id"],
             properties=_properties(element_type, row),
-        )
-        for row in rows
-    ]
+        ),
+    )
     data = ElementPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ElementListResult(
         source=SOURCE,

@@ -42,6 +42,7 @@ from django.db.models import BooleanField, Count, F, FloatField, Func, Value, Wi
 
 from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
+from queries.fitting import fitting
 from queries.models import ELEMENT_MODELS
 from queries.plan import Plan, count_of, service
 from queries.schemas.common import PageRequest
@@ -115,20 +116,20 @@ def query_nearby_elements(
         total = 0
     else:  # past the end: the window count has no row to ride on
         total = yield count_of(within)
-    items = [
-        NearbyElement(
+    items = fitting(  # under the MCP edge's inline budget only the items that can be returned are built
+        rows,
+        lambda row: NearbyElement(
             element_id=row["element_id"],
             distance_m=float(row["distance_m"]),
             properties=_properties(element_type, row),
-        )
-        for row in rows
-    ]
+        ),
+    )
     data = NearbyPage(
         items=items,
         total=total,
         limit=page.limit,
         offset=page.offset,
-        has_more=page.offset + len(items) < total,
+        has_more=page.offset + len(rows) < total,
         source=SOURCE,
         element_type=element_type,  # type: ignore[arg-type]  # checked by _check_type above
         center=[point.x, point.y],

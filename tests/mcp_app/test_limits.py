@@ -16,6 +16,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from contexts.errors import RateLimited
 from mcp_app.limits import ConcurrencyLimiter, slot_key
 from tests.conftest import free_port, stop_process
 
@@ -145,40 +146,113 @@ def test_after_a_killed_connection_the_next_command_is_fast() -> None:
         admin.close()
 
 
-def test_a_finished_lease_rides_on_the_next_acquire_of_its_key() -> None:
-    """Released with ``release_soon``, a lease is removed by the next acquire's script (one round trip per
-    call, no ``ZREM`` of its own), and never counted free early: the set never holds more than the limit."""
+def _counting(limiter: ConcurrencyLimiter) -> list[str]:
+    """The commands ``limiter``'s own client sends, recorded (a count, nothing replaced)."""
+    sent: list[str] = []
+    execute = limiter._redis.execute_command
+
+    async def counting(*args: object, **options: object) -> object:
+        sent.append(str(args[0]).upper())
+        return await execute(*args, **options)
+
+    limiter._redis.execute_command = counting  # type: ignore[method-assign]
+    return sent
+
+
+def test_back_to_back_calls_of_one_tenant_reuse_the_idle_slot_without_redis() -> None:
+    """Released with ``release_soon``, a slot stays held, idle, and the key's next call reuses it: 20
+    back-to-back calls cost one acquire script, the set never holds more than the one slot (never counted
+    free early), and the slot is given back (one ``ZREM``) when the limiter closes."""
     observer = redis.Redis.from_url(settings.REDIS_URL)
     key = slot_key(PRINCIPAL, PROJECT)
 
-    async def run() -> tuple[list[int], list[str]]:
+    async def run() -> tuple[list[int], list[str], set[str]]:
         limiter = _limiter(settings.REDIS_URL)
-        sent: list[str] = []  # the commands the limiter's own client sends (a count, nothing replaced)
-        execute = limiter._redis.execute_command
-
-        async def counting(*args: object, **options: object) -> object:
-            sent.append(str(args[0]).upper())
-            return await execute(*args, **options)
-
-        limiter._redis.execute_command = counting  # type: ignore[method-assign]
+        sent = _counting(limiter)
         held: list[int] = []
+        ids: set[str] = set()
         try:
             for _ in range(20):
                 slot = await limiter.acquire(PRINCIPAL, PROJECT)
+                ids.add(slot.slot_id)
                 held.append(int(observer.zcard(key)))
                 assert limiter.release_soon(slot)
-            return held, sent
+            return held, sent, ids
         finally:
             await limiter.aclose()
 
     try:
-        held, sent = asyncio.run(run())
-        # The previous call's lease was removed by this acquire: only this call's slot is held.
-        assert held == [1] * 20
-        # One round trip per call; the last lease given back by aclose's flush.
-        assert sent.count("ZREM") == 1 and len([c for c in sent if c.startswith("EVAL")]) >= 20
-        assert len(sent) <= 22  # + at most one SCRIPT LOAD / EVAL after the first NOSCRIPT
+        held, sent, ids = asyncio.run(run())
+        assert held == [1] * 20 and len(ids) == 1  # one slot, held throughout, reused
+        assert len([c for c in sent if c.startswith("EVAL")]) in (1, 2)  # + one EVAL after a first NOSCRIPT
+        assert sent.count("ZREM") == 1 and len(sent) <= 3
         assert observer.zcard(key) == 0
+    finally:
+        observer.delete(key)
+        observer.close()
+
+
+def test_an_idle_slot_is_reused_only_by_its_own_tenant_and_still_counts_for_other_processes() -> None:
+    """An idle slot is the tenant's: another principal's call acquires from Redis; and while it is idle,
+    another process (a second limiter) sees it held — with the limit of 2 and one call live, the other
+    process gets one slot, not two."""
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    key, other_key = slot_key(PRINCIPAL, PROJECT), slot_key(PRINCIPAL + 1, PROJECT)
+
+    async def run() -> tuple[bool, int, list[bool]]:
+        # The idle slot would be given back after 5 ms: a longer delay keeps the test independent of timing.
+        mine = ConcurrencyLimiter(settings.REDIS_URL, max_concurrent=2, lease_s=10, release_delay_s=30)
+        theirs = _limiter(settings.REDIS_URL)
+        try:
+            first = await mine.acquire(PRINCIPAL, PROJECT)
+            second = await mine.acquire(PRINCIPAL, PROJECT)
+            mine.release_soon(second)  # idle, still held
+            other = await mine.acquire(PRINCIPAL + 1, PROJECT)
+            crossed = other.slot_id in (first.slot_id, second.slot_id)
+            held = int(observer.zcard(key))
+            outcomes = []
+            for _ in range(2):
+                try:
+                    await theirs.acquire(PRINCIPAL, PROJECT)
+                    outcomes.append(True)
+                except RateLimited:
+                    outcomes.append(False)
+            return crossed, held, outcomes
+        finally:
+            await mine.aclose()
+            await theirs.aclose()
+
+    try:
+        crossed, held, outcomes = asyncio.run(run())
+        assert not crossed
+        assert held == 2  # the live call's slot and the idle one
+        assert outcomes == [False, False]  # both of the limit's slots are held by the first process
+    finally:
+        observer.delete(key, other_key)
+        observer.close()
+
+
+def test_a_slot_redis_lost_is_never_reused() -> None:
+    """A slot that is gone from Redis (expired and reaped while a refresh failed — here deleted by hand)
+    is dropped by the next heartbeat: the tenant's next call acquires a new slot from Redis."""
+    observer = redis.Redis.from_url(settings.REDIS_URL)
+    key = slot_key(PRINCIPAL, PROJECT)
+
+    async def run() -> tuple[str, str, int]:
+        limiter = ConcurrencyLimiter(settings.REDIS_URL, max_concurrent=2, lease_s=0.3)  # heartbeat every 0.1 s
+        try:
+            slot = await limiter.acquire(PRINCIPAL, PROJECT)
+            observer.zrem(key, slot.slot_id)  # Redis no longer holds it
+            await asyncio.sleep(0.25)  # a heartbeat ran and found it gone
+            limiter.release_soon(slot)
+            again = await limiter.acquire(PRINCIPAL, PROJECT)
+            return slot.slot_id, again.slot_id, int(observer.zcard(key))
+        finally:
+            await limiter.aclose()
+
+    try:
+        lost, again, held = asyncio.run(run())
+        assert again != lost and held == 1  # a fresh slot from Redis, the lost one not counted
     finally:
         observer.delete(key)
         observer.close()
