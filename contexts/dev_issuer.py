@@ -156,3 +156,8 @@ def jwks_view(request: HttpRequest) -> JsonResponse:
     if not settings.TJWATER_DEV_ISSUER:
         raise Http404
     return JsonResponse(public_jwks())
+
+
+def reset_caches() -> None:
+    """Forget the key read from the data directory (tests point ``TJWATER_DATA_DIR`` elsewhere)."""
+    _load_private_key.cache_clear()

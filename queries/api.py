@@ -347,3 +347,9 @@ def _scalar(value: Any) -> str:
 
 
 urlpatterns = [path(route.path, _view(route), name=f"api-{route.tool}") for route in routes()]
+
+
+def reset_caches() -> None:
+    """Forget the REST tool specs and their validators (tests change ``TJWATER_MCP_EXPOSED_TOOLS``)."""
+    _specs.cache_clear()
+    _validator.cache_clear()

@@ -59,7 +59,8 @@ from scripts.investigation_walk import (  # noqa: E402  (the demo investigation:
     DEMO_TASK_QUERY,
     REQUEST_KEY,
 )
-from tests.interop.idp import AGENT_CLIENT_ID, USERS, start_provider  # noqa: E402  (the tests' provider driver)
+from tests.support.idp import AGENT_CLIENT_ID, USERS, start_provider  # noqa: E402  (the tests' provider driver)
+from tests.support.servers import free_port, launch  # noqa: E402  (the one server launcher, shared with the tests)
 
 FLOOR_RUNS = 200  # statements + serialisation per scenario floor (its median)
 
@@ -372,36 +373,20 @@ def grant(issuer: str, subject: str, projects: tuple[str, ...] = (DEMO, SCALE)) 
         )  # fmt: skip
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(issuer: str, port: int, log: Path, *, workers: int = 0) -> subprocess.Popen[bytes]:
-    """The service with production settings on ``port``, healthy: one process pinned to CPU 0 (``workers``
-    0), or ``uvicorn --workers N`` unpinned, waited for until every worker has started."""
+    """The service with production settings on ``port``, started by the tests' launcher: one process pinned
+    to CPU 0 (``workers`` 0), or ``uvicorn --workers N`` unpinned in a process group of its own."""
     env = {**os.environ, **base_env(issuer, port), "DJANGO_SETTINGS_MODULE": "scripts.bench_settings"}
-    argv = [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-            "--lifespan", "on", "--no-access-log"]  # fmt: skip
-    argv = ["taskset", "-c", "0", *argv] if not workers else [*argv, "--workers", str(workers)]
-    process = subprocess.Popen(
-        argv, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=bool(workers)
+    server = launch(
+        env,
+        log.parent,
+        port=port,
+        log_name=log.name,
+        workers=max(1, workers),
+        prefix=() if workers else ("taskset", "-c", "0"),
+        new_session=bool(workers),
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited:\n{log.read_text()[-4000:]}")
-        started = log.read_text(errors="replace").count("Application startup complete") >= max(1, workers)
-        try:
-            if started and httpx2.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
-                return process
-        except httpx2.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"the server did not become healthy:\n{log.read_text()[-4000:]}")
+    return server.process
 
 
 def cpu_ticks(pid: int) -> int:

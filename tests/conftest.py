@@ -1,23 +1,50 @@
-"""Shared fixtures: real PostGIS, real Redis, and real uvicorn processes for end-to-end tests."""
+"""Shared fixtures: real PostGIS, real Redis, real uvicorn processes (``tests/support/servers.py``), the
+Net1 world of the MCP tests (``tests/support/net1.py``), the OpenID provider of the interop and browser
+tests (``tests/support/idp.py``) and the in-process JWKS issuer (``tests/support/tokens.py``). Fixtures
+only: the helpers live in tests/support, and no test module imports a conftest."""
 
 from __future__ import annotations
 
+import functools
 import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import redis
 from django.conf import settings
+from django.test import override_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import net1, servers
+from tests.support.caches import reset_process_caches
+from tests.support.idp import IdentityProvider, Members, create_members, delete_members, idp_env, start_provider
+from tests.support.net1 import PRINCIPALS, PROJECT_SLUG, SERVER_ENV, SUBJECT_PREFIX, E2EProject
+from tests.support.servers import ServerProcess, subprocess_database_url
+from tests.support.tokens import Issuer
+
+# Rows committed once per session — the demo utility (``demo_loaded``), the Net1 world (``e2e_project``),
+# the evidence world — are shared by every package, and a ``transaction=True`` test ends by flushing every
+# table: so no test anywhere under tests/ may use one. Enforced here, at collection, not by comment.
+TRANSACTIONAL_FIXTURES = frozenset({"transactional_db", "django_db_reset_sequences", "live_server"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Fail the collection, naming the tests, if any test would flush the database (see above)."""
+    offenders = []
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        flushing = marker is not None and (
+            marker.kwargs.get("transaction") or marker.kwargs.get("reset_sequences") or (marker.args[:1] == (True,))
+        )
+        if flushing or TRANSACTIONAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            offenders.append(item.nodeid)
+    if offenders:
+        raise pytest.UsageError(
+            "django_db(transaction=True) (or a transactional fixture) is not allowed in this suite: its flush "
+            "would delete the rows committed once per session (the demo, the Net1 world) that other tests use. "
+            "Commit rows with django_db_blocker.unblock() and delete them afterwards instead. Offending tests:\n  "
+            + "\n  ".join(offenders)
+        )
 
 
 @pytest.fixture(scope="session")
@@ -55,46 +82,6 @@ def demo_loaded(django_db_setup: None, django_db_blocker: Any) -> None:
         ensure_demo_loaded()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """Stop a child process: SIGTERM, then SIGKILL if it has not exited within 10 s."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
-
-
-@dataclass
-class ServerProcess:
-    """A real uvicorn process serving ``tjwater.asgi:application`` against the test database."""
-
-    url: str
-    port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        stop_process(self.process)
-
-
-def subprocess_database_url() -> str:
-    """The URL of the test database, for processes started by the tests."""
-    db = settings.DATABASES["default"]
-    host = db.get("HOST") or "127.0.0.1"
-    return f"postgis://{db.get('USER') or 'postgres'}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
-
-
 @pytest.fixture(scope="session")
 def start_server(
     django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
@@ -108,50 +95,13 @@ def start_server(
     logs = tmp_path_factory.mktemp("uvicorn")
 
     def _start(**extra_env: str) -> ServerProcess:
-        port = free_port()
-        env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "DATABASE_URL": subprocess_database_url(),
-            "TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp",
-            "PYTHONUNBUFFERED": "1",
-            **extra_env,
-        }
-        log_path = logs / f"uvicorn-{port}.log"
-        log_file = log_path.open("wb")
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "tjwater.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--lifespan",
-                "on",
-                "--no-access-log",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
+        server = servers.launch(
+            {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
+            | extra_env,
+            logs,
         )
-        server = ServerProcess(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
         started.append(server)
-        # 60 s: a loaded 2-core machine (CI next to other jobs) can take half a minute to import and start.
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"uvicorn exited early:\n{server.log()}")
-            try:
-                httpx2.get(f"{server.url}/healthz", timeout=2)
-                return server
-            except httpx2.TransportError:
-                time.sleep(0.1)
-        server.stop()
-        raise RuntimeError(f"uvicorn did not answer within 60 s:\n{server.log()}")
+        return server
 
     yield _start
     for server in started:
@@ -172,3 +122,187 @@ def test_redis() -> Iterator[redis.Redis]:
     yield client
     client.flushdb()
     client.close()
+
+
+# --- the Net1 world of the MCP endpoint tests (tests/support/net1.py) ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def e2e_project(django_db_setup: None, django_db_blocker: Any) -> Iterator[E2EProject]:
+    """Committed rows (the uvicorn processes use the same test database), removed at the end: the
+    project with Net1 and its members."""
+    from contexts.models import ContextEvent, Membership, Principal, Project
+    from queries.importer.epanet import import_network
+
+    with django_db_blocker.unblock():
+        Project.objects.filter(slug=PROJECT_SLUG).delete()
+        project = Project.objects.create(slug=PROJECT_SLUG, name="MCP end-to-end (Net1)")
+        import_network(project=project, inp_path=net1.NET1, baseline_hours=0)
+        for subject, permissions in PRINCIPALS.items():
+            principal, _ = Principal.objects.get_or_create(
+                issuer=settings.TJWATER_DEV_ISSUER_ID, subject=SUBJECT_PREFIX + subject
+            )
+            if permissions is not None:
+                Membership.objects.create(principal=principal, project=project, permissions=permissions)
+    yield E2EProject(project_id=project.pk, slug=PROJECT_SLUG)
+    with django_db_blocker.unblock():
+        ContextEvent.objects.filter(project_id=project.pk).delete()
+        Project.objects.filter(pk=project.pk).delete()
+        Principal.objects.filter(
+            issuer=settings.TJWATER_DEV_ISSUER_ID, subject__in=[SUBJECT_PREFIX + s for s in PRINCIPALS]
+        ).delete()
+
+
+@pytest.fixture(scope="module")
+def e2e_handles(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[dict[str, str]]:
+    """One committed ordinary_chat context per member (created like the REST API creates them), for the
+    module's tests, by the member's unprefixed name; deleted after the module so other test packages never
+    see them."""
+    from contexts.grants import tool_catalog
+    from contexts.models import ContextEvent, QueryContext
+    from contexts.services import context_create
+
+    handles: dict[str, str] = {}
+    with django_db_blocker.unblock(), override_settings(TJWATER_CONTEXT_TTL_S=3600):
+        catalog, task_scoped = tool_catalog()
+        for subject, permissions in PRINCIPALS.items():
+            if permissions is not None:
+                handles[subject] = context_create(
+                    token=net1.verified(subject),
+                    project_slug=PROJECT_SLUG,
+                    session_id=f"mcp-e2e-{subject}",
+                    purpose="ordinary_chat",
+                    catalog=catalog,
+                    task_scoped=task_scoped,
+                ).handle
+    yield handles
+    with django_db_blocker.unblock():
+        QueryContext.objects.filter(project_id=e2e_project.project_id).delete()
+        ContextEvent.objects.filter(project_id=e2e_project.project_id).delete()
+
+
+@pytest.fixture
+def handle(e2e_handles: dict[str, str]) -> Callable[..., str]:
+    """``handle(subject="alice")``: the context handle of one of the e2e members (by its unprefixed name)."""
+
+    def _handle(subject: str = "alice") -> str:
+        return e2e_handles[subject]
+
+    return _handle
+
+
+@pytest.fixture
+def call_tool_raw(e2e_handles: dict[str, str]) -> Callable[..., dict[str, Any]]:
+    """``net1.call_tool_raw`` with this module's handles: ``call_tool_raw(server, name, arguments, who)``."""
+    return functools.partial(net1.call_tool_raw, handles=e2e_handles)
+
+
+@pytest.fixture(scope="session")
+def mcp_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def product_server(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    """A server in its product configuration — ``tjwater.settings``, so no test-only tool — with the dev
+    issuer on only to verify the tests' tokens, and this deployment's service client configured."""
+    return start_server(
+        **SERVER_ENV,
+        DJANGO_SETTINGS_MODULE="tjwater.settings",
+        TJWATER_READ_ENV_FILE="0",
+        DEBUG="1",
+        TJWATER_MCP_ENABLED="1",
+        TJWATER_DEV_ISSUER="1",
+        TJWATER_DATA_DIR=str(settings.TJWATER_DATA_DIR),
+        REDIS_URL=settings.REDIS_URL,
+    )
+
+
+@pytest.fixture(scope="session")
+def mcp_server_b(start_server: Callable[..., ServerProcess], e2e_project: E2EProject) -> ServerProcess:
+    """A second process on the same database and Redis (cross-process limits)."""
+    return start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL)
+
+
+# --- the OpenID provider (tests/support/idp.py) and the in-process issuer (tests/support/tokens.py) --
+
+
+@pytest.fixture(scope="session")
+def provider_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., IdentityProvider]]:
+    """``provider_factory(**env)`` starts a provider on a free port; all are stopped at session end."""
+    started: list[IdentityProvider] = []
+    logs = tmp_path_factory.mktemp("idp")
+
+    def _start(**extra_env: str) -> IdentityProvider:
+        provider = start_provider(logs / f"idp-{len(started)}.log", **extra_env)
+        started.append(provider)
+        return provider
+
+    yield _start
+    for provider in started:
+        provider.stop()
+
+
+@pytest.fixture(scope="session")
+def idp(provider_factory: Callable[..., IdentityProvider]) -> IdentityProvider:
+    """One shared provider for tests that do not rotate its keys or stop it."""
+    return provider_factory()
+
+
+@pytest.fixture(scope="session")
+def idp_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
+    """One server trusting the shared provider (shared by the admin and the /mcp interop tests)."""
+    return start_server(**idp_env(idp))
+
+
+@pytest.fixture(scope="session")
+def members_factory(django_db_setup: None, django_db_blocker: Any) -> Iterator[Callable[..., Members]]:
+    """``members_factory(issuer, {subject: permissions})`` commits a fresh project with those members;
+    everything it created is deleted at session end."""
+    created: list[Members] = []
+
+    def _make(issuer: str, subjects: dict[str, list[str]]) -> Members:
+        with django_db_blocker.unblock():
+            members = create_members(issuer, subjects)
+        created.append(members)
+        return members
+
+    yield _make
+    with django_db_blocker.unblock():
+        for members in created:
+            delete_members(members)
+
+
+@pytest.fixture
+def issuer() -> Iterator[Issuer]:
+    """An in-process OpenID issuer with one RSA key ``k1`` (tests/support/tokens.py)."""
+    server = Issuer()
+    server.add_key("k1")
+    yield server
+    server.close()
+
+
+@pytest.fixture(autouse=True)
+def _test_database_only(request: pytest.FixtureRequest) -> None:
+    """Servers the tests start must run against the test database, never a developer's."""
+    if "start_server" in request.fixturenames:
+        from django.conf import settings
+
+        name = str(settings.DATABASES["default"]["NAME"])
+        assert name.startswith("test_"), f"the e2e server would use database {name!r}, not the test database"
+
+
+@pytest.fixture
+def fresh_caches() -> Iterator[None]:
+    """The process caches built from settings (tests/support/caches.py) forgotten before and after."""
+    reset_process_caches()
+    yield
+    reset_process_caches()
+
+
+@pytest.fixture(scope="module")
+def db_unblocked(demo_loaded: None, django_db_blocker: Any) -> Iterator[None]:
+    """Database access for the whole module, in autocommit (committed rows, deleted by their fixtures: see
+    tests/evidence/conftest.py)."""
+    with django_db_blocker.unblock():
+        yield

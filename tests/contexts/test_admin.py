@@ -13,7 +13,7 @@ from contexts.admin import actors_as_people
 from contexts.errors import ContextRevoked
 from contexts.models import ContextEvent, Membership, QueryContext
 from tests.contexts import factories
-from tests.contexts.conftest import CATALOG, World
+from tests.contexts.factories import CATALOG, World
 
 pytestmark = pytest.mark.django_db
 

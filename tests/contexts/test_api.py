@@ -17,8 +17,8 @@ from django.test import override_settings
 from contexts import dev_issuer, grants, selectors
 from contexts.errors import ContextInvalid, ContextRevoked
 from contexts.models import ContextEvent, Principal, Project, QueryContext, TaskReport
-from tests.conftest import ServerProcess, free_port
 from tests.contexts import factories
+from tests.support.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

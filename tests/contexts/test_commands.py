@@ -12,7 +12,7 @@ from django.utils import timezone
 from contexts import services
 from contexts.models import QueryContext, TaskRun
 from tests.contexts import factories
-from tests.contexts.conftest import CATALOG
+from tests.contexts.factories import CATALOG
 
 pytestmark = pytest.mark.django_db
 

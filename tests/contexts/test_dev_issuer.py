@@ -16,23 +16,21 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from contexts import dev_issuer, tokens
+from tests.support.caches import reset_process_caches
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path, settings: object) -> Iterator[Path]:
+def data_dir(tmp_path: Path, settings: object, fresh_caches: None) -> Iterator[Path]:
     settings.TJWATER_DATA_DIR = tmp_path  # type: ignore[attr-defined]
-    dev_issuer._load_private_key.cache_clear()
-    tokens.reset_validator()
+    reset_process_caches()
     yield tmp_path
-    dev_issuer._load_private_key.cache_clear()
-    tokens.reset_validator()
 
 
 def test_key_file_is_created_0600_and_reused(data_dir: Path) -> None:
     first = dev_issuer.public_jwk()
     path = data_dir / dev_issuer.KEY_FILENAME
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    dev_issuer._load_private_key.cache_clear()
+    dev_issuer.reset_caches()
     assert dev_issuer.public_jwk() == first  # read back, not regenerated
     assert [p.name for p in data_dir.iterdir()] == [dev_issuer.KEY_FILENAME]  # no temp files left
 
@@ -48,7 +46,7 @@ def test_concurrent_first_start_agrees_on_one_key(data_dir: Path) -> None:
 def test_world_readable_key_is_refused(data_dir: Path) -> None:
     dev_issuer.public_jwk()
     (data_dir / dev_issuer.KEY_FILENAME).chmod(0o644)
-    dev_issuer._load_private_key.cache_clear()
+    dev_issuer.reset_caches()
     with pytest.raises(ImproperlyConfigured):
         dev_issuer.public_jwk()
 

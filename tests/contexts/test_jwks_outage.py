@@ -17,17 +17,10 @@ import pytest
 
 from contexts.token_errors import AuthUnavailable, InvalidToken
 from contexts.tokens import TokenValidator
-from tests.conftest import ServerProcess
-from tests.contexts.test_tokens import Issuer, _with_kid
-from tests.interop.mcp_http import mcp_request
-
-
-@pytest.fixture
-def issuer() -> Iterator[Issuer]:
-    server = Issuer()
-    server.add_key("k1")
-    yield server
-    server.close()
+from tests.support.mcp_http import mcp_request
+from tests.support.servers import ServerProcess
+from tests.support.tokens import Issuer
+from tests.support.tokens import with_kid as _with_kid
 
 
 @pytest.fixture

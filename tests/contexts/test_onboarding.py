@@ -21,9 +21,9 @@ from contexts.onboarding import membership_grant, membership_revoke, project_cre
 from contexts.selectors import resolve_context
 from contexts.services import Actor, context_create
 from queries.models import Pipe
-from tests.conftest import ServerProcess
 from tests.contexts import factories
-from tests.mcp_app.conftest import call_tool_raw
+from tests.support.net1 import call_tool_raw
+from tests.support.servers import ServerProcess
 
 ACTOR = Actor(label="operator:test#1")
 KY10 = Path(wntr.__file__).parent / "library" / "networks" / "ky10.inp"

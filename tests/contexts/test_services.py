@@ -25,7 +25,7 @@ from contexts.errors import (
 from contexts.models import ContextEvent, Membership, QueryContext, TaskReport, TaskRun
 from contexts.tokens import VerifiedToken
 from tests.contexts import factories
-from tests.contexts.conftest import CATALOG, FORBIDDEN_FOR_READERS, TASK_SCOPED, World
+from tests.contexts.factories import CATALOG, FORBIDDEN_FOR_READERS, TASK_SCOPED, World
 
 pytestmark = pytest.mark.django_db
 

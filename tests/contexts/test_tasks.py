@@ -23,8 +23,8 @@ from django.utils import timezone
 from contexts import issuer_keys, services, tasks, tokens
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext
 from tests.contexts import factories
-from tests.contexts.conftest import CATALOG
-from tests.contexts.test_tokens import Issuer
+from tests.contexts.factories import CATALOG
+from tests.support.tokens import Issuer
 from tjwater.celery import app
 
 pytestmark = pytest.mark.django_db
@@ -50,8 +50,8 @@ def bind(projects: list[Project]) -> tuple[int, Membership]:
 @pytest.fixture(scope="module")
 def prepared(django_db_setup: None, django_db_blocker: pytest.FixtureRequest) -> Iterator[Prepared]:
     """The worker thread has its own database connection, so the rows are committed here (before each
-    test's transaction) and deleted afterwards — not ``transaction=True``, whose flush would wipe other
-    modules' committed fixtures."""
+    test's transaction) and deleted afterwards — not ``transaction=True`` (refused at collection by
+    tests/conftest.py), whose flush would wipe other modules' committed fixtures."""
     projects: list[Project] = []
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         removed, membership = bind(projects)

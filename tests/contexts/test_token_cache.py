@@ -9,14 +9,13 @@ validator's clock is a settable one so expiry is tested without sleeping.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from contexts.token_errors import InvalidToken
 from contexts.tokens import TOKEN_CACHE_MAX_S
-from tests.contexts.test_tokens import Issuer
+from tests.support.tokens import Issuer
 
 
 class Clock:
@@ -25,14 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def issuer() -> Iterator[Issuer]:
-    server = Issuer()
-    server.add_key("k1")
-    yield server
-    server.close()
 
 
 def test_a_verified_token_is_served_from_the_cache(issuer: Issuer) -> None:

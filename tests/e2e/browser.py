@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, stop_process
+from tests.support.servers import ROOT, stop_process
 
 DEVTOOLS = ROOT / "devtools"
 NODE = DEVTOOLS / "node_modules" / ".bin" / "node"

@@ -8,16 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.conftest import ServerProcess
 from tests.e2e.browser import Browser
-from tests.interop.conftest import (  # noqa: F401 - fixtures shared with the interop tier
-    _test_database_only,
-    idp,
-    idp_env,
-    members_factory,
-    provider_factory,
-)
-from tests.interop.idp import USERS, IdentityProvider
+from tests.evidence.factories import EvidenceWorld, evidence_world
+from tests.support.idp import USERS, IdentityProvider, idp_env
+from tests.support.servers import ServerProcess
 
 
 @pytest.fixture
@@ -37,6 +31,13 @@ def sso_users(django_db_blocker: object) -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def admin_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:  # noqa: F811
+def admin_server(start_server: Callable[..., ServerProcess], idp: IdentityProvider) -> ServerProcess:
     """A server (DEBUG on, as `make run`) whose admin signs operators in through the provider."""
     return start_server(**idp_env(idp))
+
+
+@pytest.fixture(scope="module")
+def world(db_unblocked: None) -> Iterator[EvidenceWorld]:
+    """The evidence world of tests/evidence/factories.py (test_evidence_resources.py)."""
+    with evidence_world() as built:
+        yield built

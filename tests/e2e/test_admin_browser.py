@@ -16,11 +16,10 @@ import pytest
 
 from contexts.models import ContextEvent, Permission, Project, QueryContext
 from contexts.selectors import hash_handle
-from tests.conftest import ServerProcess
 from tests.e2e.browser import Browser, Page
-from tests.interop.conftest import Members, create_context, idp_env
-from tests.interop.idp import USERS, IdentityProvider
-from tests.interop.mcp_http import mcp_request
+from tests.support.idp import USERS, IdentityProvider, Members, create_context, idp_env
+from tests.support.mcp_http import mcp_request
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

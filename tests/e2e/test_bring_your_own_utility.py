@@ -36,8 +36,8 @@ from contexts.tokens import VerifiedToken
 from queries.importer.baseline_window import simulate_baseline_window
 from queries.importer.epanet import wntr_network_path
 from queries.timezones import project_zone
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import call_tool_raw
+from tests.support.net1 import call_tool_raw
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -17,9 +17,9 @@ from contexts import dev_issuer
 from contexts.models import Task
 from evidence.models import EvidenceSnapshot
 from queries.demo.seed import DEMO_SESSION_ID, DEMO_SLUG
-from tests.conftest import ServerProcess
 from tests.contexts import factories
-from tests.mcp_app.conftest import call_tool_raw
+from tests.support.net1 import call_tool_raw
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

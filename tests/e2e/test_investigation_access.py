@@ -19,8 +19,8 @@ from django.test import override_settings
 from contexts import dev_issuer
 from contexts.models import ContextEvent, Principal, Project, Task
 from queries.demo.seed import DEMO_EXECUTION_REQUEST_ID, DEMO_SESSION_ID, DEMO_SLUG
-from tests.conftest import ServerProcess
 from tests.contexts import factories
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

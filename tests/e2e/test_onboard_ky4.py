@@ -22,10 +22,10 @@ from contexts.grants import tool_catalog
 from contexts.models import Principal, Project
 from contexts.services import context_create
 from queries.importer.epanet import local_day_start, wntr_network_path
-from tests.conftest import ServerProcess
 from tests.contexts import factories
-from tests.mcp_app.conftest import call_tool_raw
 from tests.support.gis_files import Feature, write_layer
+from tests.support.net1 import call_tool_raw
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from evidence.services import REQUEST_KEY_META
 from evidence.task_tools import get_task_evidence
 from queries.plan import run_sync
 from queries.registry import tool_spec
-from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
+from tests.evidence.factories import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 

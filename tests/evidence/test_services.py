@@ -31,7 +31,7 @@ from evidence.services import (
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation, in_thread, run_evidence_call
+from tests.evidence.factories import EvidenceWorld, Investigation, in_thread, run_evidence_call
 
 HANDLE = "h" * 43  # never saved or hashed: only its presence in the arguments matters here
 ELEMENT = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}

@@ -26,7 +26,7 @@ from evidence.task_tools import (
 )
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
+from tests.evidence.factories import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 KEYS = ["b", "B", "a", "Z", "10", "9", "é", "中文", "z", "_", "A-1", "😀", "ä", "a a"]

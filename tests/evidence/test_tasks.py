@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from evidence import tasks
 from evidence.models import QueryReceipt
-from tests.evidence.conftest import EvidenceWorld, Investigation
+from tests.evidence.factories import EvidenceWorld, Investigation
 from tjwater.celery import app
 
 

@@ -15,10 +15,9 @@ from django.contrib.auth import get_user_model
 
 from contexts.models import Permission, QueryContext
 from contexts.selectors import hash_handle
-from tests.conftest import ServerProcess
-from tests.interop.conftest import Members, create_context, idp_env
-from tests.interop.idp import USERS, IdentityProvider, submit_login
-from tests.interop.mcp_http import mcp_request
+from tests.support.idp import USERS, IdentityProvider, Members, create_context, idp_env, submit_login
+from tests.support.mcp_http import mcp_request
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -44,9 +44,9 @@ from examples.agent_host import (
     Session,
     Worker,
 )
-from tests.conftest import ROOT, ServerProcess
-from tests.interop.idp import AGENT_CLIENT_ID, AGENT_CLIENT_SECRET, USERS, IdentityProvider
-from tests.mcp_app.conftest import active_sleeps
+from tests.support.idp import AGENT_CLIENT_ID, AGENT_CLIENT_SECRET, USERS, IdentityProvider
+from tests.support.postgres import active_sleeps
+from tests.support.servers import ROOT, ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
 PROJECT = "tianjin-demo"

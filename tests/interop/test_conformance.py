@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import ROOT, ServerProcess, free_port
 from tests.interop import conformance
+from tests.support.servers import ROOT, ServerProcess, free_port
 
 pytestmark = pytest.mark.e2e
 

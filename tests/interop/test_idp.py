@@ -11,7 +11,7 @@ import httpx2
 import jwt
 import pytest
 
-from tests.interop.idp import AGENT_CLIENT_ID, USERS, IdentityProvider
+from tests.support.idp import AGENT_CLIENT_ID, USERS, IdentityProvider
 
 ALICE_SUB, _ = USERS["alice"]
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from contexts import dev_issuer
 from contexts.models import Permission
 from tests.interop.conformance import DEVTOOLS, NODE_BIN, node_env
-from tests.interop.conftest import Members, create_context
+from tests.support.idp import Members, create_context
 
 pytestmark = pytest.mark.e2e
 

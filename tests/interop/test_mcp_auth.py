@@ -22,10 +22,17 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from contexts.models import Permission
-from tests.conftest import ROOT, ServerProcess
-from tests.interop.conftest import Members, create_context, idp_env
-from tests.interop.idp import AGENT_CLIENT_ID, AGENT_CLIENT_SECRET, USERS, IdentityProvider
-from tests.interop.mcp_http import mcp_request
+from tests.support.idp import (
+    AGENT_CLIENT_ID,
+    AGENT_CLIENT_SECRET,
+    USERS,
+    IdentityProvider,
+    Members,
+    create_context,
+    idp_env,
+)
+from tests.support.mcp_http import mcp_request
+from tests.support.servers import ROOT, ServerProcess
 
 pytestmark = pytest.mark.e2e
 

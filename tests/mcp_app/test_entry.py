@@ -11,7 +11,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx2
@@ -25,8 +25,8 @@ from contexts.services import MAX_REVOKE_BATCH
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from mcp_app.entry import REFRESH_S
 from mcp_app.models import EntrySwitch
-from tests.conftest import ROOT, ServerProcess, subprocess_database_url
-from tests.mcp_app.conftest import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject, call_tool_raw, handle, token
+from tests.support.net1 import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject, token
+from tests.support.servers import ROOT, ServerProcess, subprocess_database_url
 
 pytestmark = [pytest.mark.e2e]
 REASON = f"rollback drill {secrets.token_hex(3)}"
@@ -45,7 +45,7 @@ def mcp_entry(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def discover(server: ServerProcess) -> httpx2.Response:
-    from tests.mcp_app.conftest import rpc_body, rpc_headers
+    from tests.support.mcp_http import rpc_body, rpc_headers
 
     return httpx2.post(
         f"{server.url}/mcp",
@@ -118,7 +118,11 @@ def many_contexts(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[i
 
 
 def test_mcp_entry_off_revokes_everything_refuses_bindings_and_on_restores(
-    restored_entry: ServerProcess, many_contexts: int, django_db_blocker: Any
+    restored_entry: ServerProcess,
+    many_contexts: int,
+    django_db_blocker: Any,
+    call_tool_raw: Callable[..., dict[str, Any]],
+    handle: Callable[..., str],
 ) -> None:
     server = restored_entry
     assert call_tool_raw(server, "get_network_options", {"kind": "hydraulic"})["result"]["isError"] is False
@@ -147,8 +151,8 @@ def test_mcp_entry_off_revokes_everything_refuses_bindings_and_on_restores(
         assert ContextEvent.objects.filter(action="revoked", reason=f"MCP entry turned off: {REASON}").count() == (
             live_before
         )
-        switch = EntrySwitch.objects.order_by("-pk").first()
-        assert switch is not None
+        # The switch row is found by its own key (the drill's reason), never as "the newest row".
+        switch = EntrySwitch.objects.get(enabled=False, reason=REASON)
         assert (switch.enabled, switch.reason, switch.revoked_contexts) == (False, REASON, live_before)
         assert switch.actor.startswith("command:")
         # Evidence, receipts and reports are kept.
@@ -197,7 +201,9 @@ def _switch_reads() -> int:
     return int(row[0]) if row else 0
 
 
-def test_the_per_call_check_reads_no_row(restored_entry: ServerProcess) -> None:
+def test_the_per_call_check_reads_no_row(
+    restored_entry: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     """Measured: a call does not read the switch — each server process reads it once per REFRESH_S in
     the background. 60 calls must cost far fewer reads than 60, whatever servers of the session poll
     meanwhile (backends publish their counters within about a second, hence the pauses)."""

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from contexts.errors import RateLimited
 from mcp_app.limits import ConcurrencyLimiter, slot_key
-from tests.conftest import free_port, stop_process
+from tests.support.servers import free_port, stop_process
 
 PRINCIPAL, PROJECT = 917_001, 917_002  # ids no fixture uses: the tests' keys are their own
 

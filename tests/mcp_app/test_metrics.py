@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -17,18 +18,11 @@ from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from mcp_app.catalog import build_catalog
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    UNKNOWN_HANDLE,
-    E2EProject,
-    active_sleeps,
-    call_tool_raw,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
-from tests.mcp_app.test_cancel_and_limits import db_name, open_slow_call, slow_result, wait_for
+from tests.e2e.test_cancel_and_limits import db_name, open_slow_call, slow_result, wait_for
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import UNKNOWN_HANDLE, E2EProject, token
+from tests.support.postgres import active_sleeps
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -95,7 +89,9 @@ def test_metrics_do_not_exist_without_the_setting(live_server_url: str) -> None:
     assert scrape(live_server_url, None).status_code == 404
 
 
-def test_the_exact_series_of_ok_error_refusal_and_cancellation(metrics_server: ServerProcess) -> None:
+def test_the_exact_series_of_ok_error_refusal_and_cancellation(
+    metrics_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]], handle: Callable[..., str]
+) -> None:
     server = metrics_server
     db = db_name()
     # ok, a business error (a handle never issued), a protocol error (a tool that does not exist).
@@ -117,17 +113,17 @@ def test_the_exact_series_of_ok_error_refusal_and_cancellation(metrics_server: S
     # tool slots → erin's call is refused after the short wait (process).
     baseline = active_sleeps(db)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        bob = pool.submit(slow_result, server, "bob", 2.5)
+        bob = pool.submit(slow_result, server, "bob", 2.5, call_tool_raw)
         wait_for(lambda: active_sleeps(db) == baseline + 1, timeout=10)
-        tenant = slow_result(server, "bob", 0.01)
-        dave = pool.submit(slow_result, server, "dave", 2.5)
+        tenant = slow_result(server, "bob", 0.01, call_tool_raw)
+        dave = pool.submit(slow_result, server, "dave", 2.5, call_tool_raw)
         wait_for(lambda: active_sleeps(db) == baseline + 2, timeout=10)
-        process = slow_result(server, "erin", 0.01)
+        process = slow_result(server, "erin", 0.01, call_tool_raw)
         assert bob.result()["isError"] is False and dave.result()["isError"] is False
     assert tenant["structuredContent"]["code"] == "RATE_LIMITED"
     assert process["structuredContent"]["code"] == "RATE_LIMITED"
     # Cancellation: the client goes away during the statement.
-    sock = open_slow_call(server, "frank", 30)
+    sock = open_slow_call(server, "frank", 30, handle)
     wait_for(lambda: active_sleeps(db) == baseline + 1, timeout=10)
     time.sleep(0.2)
     sock.close()
@@ -175,8 +171,10 @@ def test_the_exact_series_of_ok_error_refusal_and_cancellation(metrics_server: S
     assert value(server, "tjwater_oidc_jwks_age_seconds") >= -1
 
 
-def test_two_worker_processes_add_up(e2e_project: E2EProject, tmp_path: Path) -> None:
-    from tests.mcp_app.test_hardening import uvicorn
+def test_two_worker_processes_add_up(
+    e2e_project: E2EProject, tmp_path: Path, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
+    from tests.e2e.test_hardening import uvicorn
 
     directory = tmp_path / "prometheus"
     directory.mkdir()
@@ -185,7 +183,7 @@ def test_two_worker_processes_add_up(e2e_project: E2EProject, tmp_path: Path) ->
     ) as server:
         calls = 12  # new connections each: uvicorn's workers share the socket, so both serve some
         for _ in range(calls):
-            assert slow_result(server, "alice", 0.001)["isError"] is False
+            assert slow_result(server, "alice", 0.001, call_tool_raw)["isError"] is False
         # Each worker keeps its own files (its pool gauges are written at start-up).
         assert len(list(directory.glob("gauge_livesum_*.db"))) == 2
         for _ in range(3):  # whichever worker answers the scrape, the sum is the same

@@ -16,16 +16,10 @@ from django.test import override_settings
 from contexts.tokens import VerifiedToken
 from mcp_app.checks import check_service_client
 from mcp_app.probe import PROBE_HOLD_S, PROBE_MARK, PROBE_PATH, is_service_client
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    CLIENT,
-    SERVICE_CLIENT,
-    backend_activity,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import CLIENT, SERVICE_CLIENT, token
+from tests.support.postgres import backend_activity
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

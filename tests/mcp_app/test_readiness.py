@@ -15,8 +15,8 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 
 from mcp_app.readiness import CANCEL_LIMIT_S, Check, LiveCheck
-from tests.conftest import ServerProcess, free_port
-from tests.mcp_app.conftest import CLIENT, PROJECT_SLUG, SERVER_ENV, SERVICE_CLIENT, token
+from tests.support.net1 import CLIENT, PROJECT_SLUG, SERVER_ENV, SERVICE_CLIENT, token
+from tests.support.servers import ServerProcess, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 BIND = "mcp.catalog.read mcp.query mcp.context.bind"

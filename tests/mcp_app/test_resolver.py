@@ -1,7 +1,7 @@
 """The scope resolver of the dispatch path: every call's ``QueryScope`` comes from a real context handle;
 there is no other way to name a project. The checks on a bound handle are ``contexts.selectors.resolve_context``'s
 (the hot path ``mcp_app.resolver.resolve_scope_async`` runs the same statement and ``check_context`` on
-its own pool; tests/mcp_app/test_protocol.py drives it over HTTP); no handle is refused before any query."""
+its own pool; tests/e2e/test_protocol.py drives it over HTTP); no handle is refused before any query."""
 
 from __future__ import annotations
 

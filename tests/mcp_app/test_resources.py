@@ -19,17 +19,9 @@ from django.conf import settings
 
 from contexts.models import Principal
 from mcp_app.limits import slot_key
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    SERVER_ENV,
-    SUBJECT_PREFIX,
-    E2EProject,
-    handle,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import SERVER_ENV, SUBJECT_PREFIX, E2EProject, token
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -40,7 +32,9 @@ def encoded(value: Any) -> str:
     return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
 
 
-def resources(server: ServerProcess, method: str, who: str, **params: Any) -> dict[str, Any]:
+def resources(
+    server: ServerProcess, method: str, who: str, handle: Callable[..., str], **params: Any
+) -> dict[str, Any]:
     body = rpc_body(method, params)
     body["params"]["_meta"]["cn.tjwater/contextHandle"] = handle(who)
     name = params.get("uri")
@@ -70,9 +64,11 @@ CRAFTED = [
 
 
 @pytest.mark.parametrize("cursor", CRAFTED, ids=range(len(CRAFTED)))
-def test_a_crafted_cursor_is_invalid_params_never_a_server_fault(mcp_server: ServerProcess, cursor: str) -> None:
+def test_a_crafted_cursor_is_invalid_params_never_a_server_fault(
+    mcp_server: ServerProcess, cursor: str, handle: Callable[..., str]
+) -> None:
     logged = len(mcp_server.log())
-    reply = resources(mcp_server, "resources/list", "alice", cursor=cursor)
+    reply = resources(mcp_server, "resources/list", "alice", cursor=cursor, handle=handle)
     if cursor == "":
         assert reply["result"]["resources"] == []
         return
@@ -97,19 +93,24 @@ def frank_slots(e2e_project: E2EProject) -> Iterator[str]:
     client.close()
 
 
-def test_resources_take_the_tenants_slots(mcp_server: ServerProcess, frank_slots: str) -> None:
+def test_resources_take_the_tenants_slots(
+    mcp_server: ServerProcess, frank_slots: str, handle: Callable[..., str]
+) -> None:
     client = redis.Redis.from_url(settings.REDIS_URL)
     # Frank's four slots are taken (four calls in flight elsewhere, as the limiter records them).
     expiry = _redis_now_ms(client) + 30_000
     client.zadd(frank_slots, {f"elsewhere-{n}": expiry for n in range(int(SERVER_ENV["TJWATER_MCP_MAX_CONCURRENT"]))})
     for method, params in (("resources/read", {"uri": URI}), ("resources/list", {})):
-        error = resources(mcp_server, method, "frank", **params)["error"]
+        error = resources(mcp_server, method, "frank", **params, handle=handle)["error"]
         assert error["code"] == -32602, (method, error)
         assert (error["data"]["code"], error["data"]["retryable"]) == ("RATE_LIMITED", True), method
     client.delete(frank_slots)
     # With the slots free again the same requests are served, and give their slot back.
-    assert resources(mcp_server, "resources/read", "frank", uri=URI)["error"]["message"] == "Resource not found"
-    assert resources(mcp_server, "resources/list", "frank")["result"]["resources"] == []
+    assert (
+        resources(mcp_server, "resources/read", "frank", uri=URI, handle=handle)["error"]["message"]
+        == "Resource not found"
+    )
+    assert resources(mcp_server, "resources/list", "frank", handle)["result"]["resources"] == []
     deadline = time.monotonic() + 3
     while client.zcard(frank_slots) and time.monotonic() < deadline:  # the release is written without waiting
         time.sleep(0.05)
@@ -118,7 +119,7 @@ def test_resources_take_the_tenants_slots(mcp_server: ServerProcess, frank_slots
 
 
 def test_resources_take_the_process_tool_slots(
-    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, frank_slots: str
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, frank_slots: str, handle: Callable[..., str]
 ) -> None:
     # A pool of 3 leaves 2 tool slots: two slow calls of other tenants take them both.
     server = start_server(**SERVER_ENV, TJWATER_MCP_DB_POOL_SIZE="3", REDIS_URL=settings.REDIS_URL)
@@ -136,10 +137,12 @@ def test_resources_take_the_process_tool_slots(
     with ThreadPoolExecutor(max_workers=2) as pool:
         calls = [pool.submit(slow, who) for who in ("dave", "erin")]
         time.sleep(1.5)  # both running (each holds a tool slot for 3 s)
-        read = resources(server, "resources/read", "frank", uri=URI)["error"]
-        listed = resources(server, "resources/list", "frank")["error"]
+        read = resources(server, "resources/read", "frank", uri=URI, handle=handle)["error"]
+        listed = resources(server, "resources/list", "frank", handle)["error"]
         for done in calls:
             assert done.result()["result"]["isError"] is False
     for error in (read, listed):
         assert (error["code"], error["data"]["code"], error["data"]["retryable"]) == (-32602, "RATE_LIMITED", True)
-    assert resources(server, "resources/read", "frank", uri=URI)["error"]["message"] == "Resource not found"
+    assert (
+        resources(server, "resources/read", "frank", uri=URI, handle=handle)["error"]["message"] == "Resource not found"
+    )

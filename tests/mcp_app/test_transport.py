@@ -11,8 +11,9 @@ import httpx2
 import pytest
 from django.conf import settings
 
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import SERVER_ENV, E2EProject, handle, parse_rpc_response, rpc_body, rpc_headers, token
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import SERVER_ENV, E2EProject, token
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -76,7 +77,7 @@ def test_body_over_the_limit_is_413_declared_or_streamed(mcp_server: ServerProce
     assert ok.status_code == 200 and "get_element_properties" in ok.text
 
 
-def slow_call(server: ServerProcess, seconds: float) -> httpx2.Response:
+def slow_call(server: ServerProcess, seconds: float, handle: Callable[..., str]) -> httpx2.Response:
     arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": seconds}}
     return httpx2.post(
         f"{server.url}/mcp",
@@ -86,18 +87,18 @@ def slow_call(server: ServerProcess, seconds: float) -> httpx2.Response:
     )
 
 
-def test_a_quick_answer_is_json(mcp_server: ServerProcess) -> None:
-    response = slow_call(mcp_server, 0.01)
+def test_a_quick_answer_is_json(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
+    response = slow_call(mcp_server, 0.01, handle)
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
     assert response.json()["result"]["isError"] is False
 
 
 def test_a_silent_handler_commits_sse_and_is_pinged(
-    start_server: Callable[..., ServerProcess], e2e_project: E2EProject
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, handle: Callable[..., str]
 ) -> None:
     server = start_server(**SERVER_ENV, REDIS_URL=settings.REDIS_URL, TJWATER_MCP_SSE_PING_S="0.3")
-    response = slow_call(server, 1.2)
+    response = slow_call(server, 1.2, handle)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text.count(": ping") >= 2  # one per 0.3 s of silence

@@ -21,8 +21,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from contexts import dev_issuer
 from queries.api import example_request, routes
 from queries.registry import tools_by_name
-from tests.conftest import ServerProcess
-from tests.queries.conftest import CLIENT, DEMO, DEMO_B
+from tests.support.demo import CLIENT, DEMO, DEMO_B
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

@@ -1,7 +1,7 @@
 """``queries.fitting`` (issue 25, "fetch only what fits"): under the MCP edge's inline budget a page builds
-only up to one item past what can be returned, and the reply the inline cut makes of it (in place)
-is the reply it makes of the whole page — in SI and in US units (presentation scales numbers after the
-items are built)."""
+only up to one item past what can be returned, and the reply the inline cut makes of it (in place) is the
+reply it makes of the whole page — in SI and in US units (presentation scales numbers after the items are
+built)."""
 
 from __future__ import annotations
 

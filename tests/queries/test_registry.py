@@ -20,12 +20,12 @@ from contexts.grants import tool_catalog
 from queries.api import example_request, routes
 from queries.models import Tank
 from queries.registry import all_tools, tool_spec, tools_by_name
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import parse_rpc_response, rpc_body, rpc_headers
 from tests.mcp_app.test_executor import SAMPLES
-from tests.queries.conftest import CLIENT, DEMO
 from tests.queries.test_api import api_token, rest_examples
+from tests.support.demo import CLIENT, DEMO
 from tests.support.extra_family.tools import NAME
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.servers import ServerProcess
 from tjwater.registry import ToolRegistry
 
 pytestmark = pytest.mark.django_db

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx2
 
-from tests.mcp_app.conftest import rpc_body, rpc_headers
+from tests.support.mcp_http import rpc_body, rpc_headers
 
 RETRYABLE_CODES = frozenset({"DATA_SOURCE_UNAVAILABLE", "RATE_LIMITED", "QUERY_TIMEOUT"})
 LEAK_MARKERS = ("Traceback", "psycopg", "SELECT ", 'File "')

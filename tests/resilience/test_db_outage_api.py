@@ -21,18 +21,9 @@ import pytest
 from django.test import override_settings
 
 from contexts import dev_issuer
-from tests.conftest import free_port
-from tests.resilience.conftest import (
-    DEV_ISSUER,
-    HOST_CLIENT,
-    Figures,
-    PrivatePostgres,
-    PrivateRedis,
-    Processes,
-    World,
-    run_seed,
-)
-from tests.tjwater.servers import launch, server_env
+from tests.support.postgres import PrivatePostgres, PrivateRedis
+from tests.support.resilience import DEV_ISSUER, HOST_CLIENT, Figures, Processes, World, run_seed
+from tests.support.servers import free_port, launch, server_env
 
 pytestmark = pytest.mark.e2e
 
@@ -149,7 +140,9 @@ def test_a_database_that_refuses_or_never_answers_is_a_quick_json_503(
     # Started by hand rather than with ``start_server``: that fixture waits for /healthz with a 2 s
     # timeout, and a hanging database makes the health check itself take its full 2 s budget.
     db_port = free_port() if fault == "refused" else silent_socket
-    server = launch("uvicorn", server_env(DATABASE_URL=f"postgis://postgres@127.0.0.1:{db_port}/tjwater"), tmp_path)
+    server = launch(
+        server_env(DATABASE_URL=f"postgis://postgres@127.0.0.1:{db_port}/tjwater"), tmp_path, access_log=True
+    )
     try:
         headers = bearer("anyone")
         answers = [create(server.url, headers) for _ in range(2)] + [delete(server.url, headers, "h" * 43)]

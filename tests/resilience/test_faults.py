@@ -27,9 +27,9 @@ from celery import Celery
 
 from contexts.models import ContextEvent, QueryContext
 from mcp_app.limits import slot_key
-from tests.conftest import ServerProcess
-from tests.interop.idp import USERS, IdentityProvider, start_provider
-from tests.resilience.conftest import (
+from tests.resilience.load import LoadRun, Probe
+from tests.support.idp import USERS, IdentityProvider, start_provider
+from tests.support.resilience import (
     DEV_ISSUER,
     LOAD_PRINCIPALS,
     TENANT_ELEVATION,
@@ -40,7 +40,7 @@ from tests.resilience.conftest import (
     dev_token,
     run_seed,
 )
-from tests.resilience.load import LoadRun, Probe
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -42,10 +42,10 @@ from mcp_app import errors as mcp_errors
 from mcp_app.catalog import build_catalog
 from queries import errors as query_errors
 from queries.registry import all_tools
-from tests.conftest import ServerProcess, stop_process, subprocess_database_url
-from tests.mcp_app.conftest import rpc_headers
-from tests.resilience.conftest import Figures, launch_server
 from tests.resilience.load import LEAK_MARKERS
+from tests.support.mcp_http import rpc_headers
+from tests.support.resilience import Figures, launch_server
+from tests.support.servers import ServerProcess, stop_process, subprocess_database_url
 from tjwater.registry import TOOLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]

@@ -13,22 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import httpx2
 import pytest
 from django.test import override_settings
 
 from contexts import dev_issuer
-from tests.resilience.conftest import (
-    DEV_ISSUER,
-    HOST_CLIENT,
-    PrivatePostgres,
-    PrivateRedis,
-    World,
-    private_env,
-    run_seed,
-)
-from tests.tjwater.servers import LoggingServer, launch
+from tests.support.postgres import PrivatePostgres, PrivateRedis
+from tests.support.resilience import DEV_ISSUER, HOST_CLIENT, World, private_env, run_seed
+from tests.support.servers import ServerProcess, launch
 
 pytestmark = pytest.mark.e2e
 
@@ -39,15 +33,17 @@ REDACTED = "/api/v1/mcp-query-contexts/[redacted]"
 
 
 @pytest.fixture
-def servers() -> Iterator[list[LoggingServer]]:
-    started: list[LoggingServer] = []
+def servers() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
     yield started
     for server in started:
         server.stop()
 
 
-def start(servers: list[LoggingServer], tmp_path: Path, kind: str, env: dict[str, str]) -> LoggingServer:
-    server = launch(kind, env, tmp_path)
+def start(
+    servers: list[ServerProcess], tmp_path: Path, kind: Literal["uvicorn", "runserver"], env: dict[str, str]
+) -> ServerProcess:
+    server = launch(env, tmp_path, kind=kind, access_log=True)
     servers.append(server)
     return server
 
@@ -60,7 +56,7 @@ def bearer(subject: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def delete(server: LoggingServer, path: str, subject: str) -> int:
+def delete(server: ServerProcess, path: str, subject: str) -> int:
     return httpx2.delete(f"{server.url}{path}", headers=bearer(subject), timeout=30).status_code
 
 
@@ -82,7 +78,7 @@ def schemaless_database(private_postgres: PrivatePostgres) -> str:
     return f"postgis://postgres@127.0.0.1:{private_postgres.port}/ops_schemaless"
 
 
-def new_handle(server: LoggingServer) -> str:
+def new_handle(server: ServerProcess) -> str:
     response = httpx2.post(
         f"{server.url}/api/v1/mcp-query-contexts",
         json={"project": PROJECT, "session_id": "ops-log", "purpose": "ordinary_chat"},
@@ -96,7 +92,7 @@ def new_handle(server: LoggingServer) -> str:
 @pytest.mark.usefixtures("members")
 @pytest.mark.parametrize("log_format", ["plain", "json"])  # issue 24: the JSON lines pass the same filter
 def test_uvicorn_with_its_access_log_never_logs_a_handle(
-    servers: list[LoggingServer],
+    servers: list[ServerProcess],
     tmp_path: Path,
     private_postgres: PrivatePostgres,
     private_redis: PrivateRedis,
@@ -138,7 +134,7 @@ def test_uvicorn_with_its_access_log_never_logs_a_handle(
 
 @pytest.mark.usefixtures("members")
 def test_manage_py_runserver_never_logs_a_handle(
-    servers: list[LoggingServer], tmp_path: Path, private_postgres: PrivatePostgres, private_redis: PrivateRedis
+    servers: list[ServerProcess], tmp_path: Path, private_postgres: PrivatePostgres, private_redis: PrivateRedis
 ) -> None:
     env = private_env(private_postgres, private_redis)
     uvicorn = start(servers, tmp_path, "uvicorn", env)

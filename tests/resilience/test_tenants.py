@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from tests.resilience.conftest import TENANT_ELEVATION, Figures, Processes, World, bind, dev_token
 from tests.resilience.load import VIOLATION, LoadRun, Probe, once_each
+from tests.support.resilience import TENANT_ELEVATION, Figures, Processes, World, bind, dev_token
 
 pytestmark = pytest.mark.e2e
 

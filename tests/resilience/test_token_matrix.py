@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
 
 from contexts import dev_issuer
-from tests.interop.mcp_http import PROTOCOL_VERSION, envelope
+from tests.support.mcp_http import PROTOCOL_VERSION, envelope
 
 pytestmark = pytest.mark.e2e
 

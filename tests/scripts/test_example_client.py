@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from contexts.models import QueryContext
-from tests.conftest import ROOT, ServerProcess, subprocess_database_url
+from tests.support.servers import ROOT, ServerProcess, subprocess_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
 

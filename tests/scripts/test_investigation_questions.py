@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 import pytest
 
 from queries.models import ElementGisProperties, NodeBaseline
-from tests.conftest import ROOT, ServerProcess, subprocess_database_url
 from tests.queries.services.test_ranking import BREAK, NOON, reference_deviation
 from tests.queries.services.test_topology import link_ends, net6, reference_trace
+from tests.support.servers import ROOT, ServerProcess, subprocess_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
 

@@ -10,9 +10,8 @@ import pytest
 from django.test import override_settings
 
 from contexts import dev_issuer
-from tests.conftest import ServerProcess, subprocess_database_url
-from tests.mcp_app.conftest import rpc_body, rpc_headers
-from tests.tjwater.servers import LoggingServer, launch, server_env
+from tests.support.mcp_http import rpc_body, rpc_headers
+from tests.support.servers import ServerProcess, launch, server_env, subprocess_database_url
 
 
 def test_mcp_is_503_when_disabled(start_server: Callable[..., ServerProcess]) -> None:
@@ -64,13 +63,13 @@ def test_lifespan_completes_and_shutdown_is_clean(start_server: Callable[..., Se
 
 
 @pytest.fixture
-def mcp_servers(django_db_setup: None, tmp_path: Path) -> Iterator[Callable[..., LoggingServer]]:
-    """uvicorn processes with /mcp on, against the test database (tests/tjwater/servers.py: a start-up
+def mcp_servers(django_db_setup: None, tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """uvicorn processes with /mcp on, against the test database (tests/support/servers.py: a start-up
     deadline that tolerates a loaded machine)."""
-    started: list[LoggingServer] = []
+    started: list[ServerProcess] = []
 
-    def start(**env: str) -> LoggingServer:
-        server = launch("uvicorn", server_env(DATABASE_URL=subprocess_database_url(), **env), tmp_path)
+    def start(**env: str) -> ServerProcess:
+        server = launch(server_env(DATABASE_URL=subprocess_database_url(), **env), tmp_path, access_log=True)
         started.append(server)
         return server
 
@@ -79,7 +78,7 @@ def mcp_servers(django_db_setup: None, tmp_path: Path) -> Iterator[Callable[...,
         server.stop()
 
 
-def _tools_list(server: LoggingServer, **headers: str) -> httpx2.Response:
+def _tools_list(server: ServerProcess, **headers: str) -> httpx2.Response:
     with override_settings(DEBUG=True):  # the dev issuer mints only in development, like the server
         bearer = dev_issuer.mint_token(
             subject="asgi-host-check", client_id="tjwater-agent-mcp", scopes=["mcp.catalog.read"], ttl_s=600
@@ -88,7 +87,7 @@ def _tools_list(server: LoggingServer, **headers: str) -> httpx2.Response:
     return httpx2.post(f"{server.url}/mcp", json=rpc_body("tools/list"), headers=headers, timeout=10)
 
 
-def test_allowed_hosts_wildcards_reach_mcp_like_django(mcp_servers: Callable[..., LoggingServer]) -> None:
+def test_allowed_hosts_wildcards_reach_mcp_like_django(mcp_servers: Callable[..., ServerProcess]) -> None:
     # `.example.test` means the domain and all its subdomains (Django's ALLOWED_HOSTS), on any port.
     server = mcp_servers(ALLOWED_HOSTS=".example.test,127.0.0.1")
     for host in ("mcp.example.test", "a.b.example.test:8443", "example.test", f"127.0.0.1:{server.port}"):
@@ -101,14 +100,14 @@ def test_allowed_hosts_wildcards_reach_mcp_like_django(mcp_servers: Callable[...
     assert httpx2.get(f"{server.url}/healthz", headers={"host": "evil.test"}, timeout=10).status_code == 400
 
 
-def test_a_star_allowed_host_keeps_the_origin_check(mcp_servers: Callable[..., LoggingServer]) -> None:
+def test_a_star_allowed_host_keeps_the_origin_check(mcp_servers: Callable[..., ServerProcess]) -> None:
     server = mcp_servers(ALLOWED_HOSTS="*")
     assert _tools_list(server, host="anything.example").status_code == 200
     assert _tools_list(server, host="anything.example", origin="http://evil.example").status_code == 403
 
 
 def test_a_context_handle_in_a_query_string_never_reaches_the_access_log(
-    mcp_servers: Callable[..., LoggingServer],
+    mcp_servers: Callable[..., ServerProcess],
 ) -> None:
     # Issue 17 item 10: a client that puts its handle in the URL of /mcp (the server never reads it
     # there) must not have it written by uvicorn's access log (ON here, its default).

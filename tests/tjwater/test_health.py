@@ -14,7 +14,7 @@ import redis
 from django.conf import settings
 from django.test import Client, override_settings
 
-from tests.conftest import free_port
+from tests.support.servers import free_port
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def fresh_validator() -> Iterator[None]:
 
 
 def test_healthz_jwks_of_a_real_issuer_is_fetched_once_and_then_cached(db: None, fresh_validator: None) -> None:
-    from tests.contexts.test_tokens import Issuer
+    from tests.support.tokens import Issuer
 
     issuer = Issuer()
     issuer.add_key("k1")

@@ -10,7 +10,7 @@ import sys
 import pytest
 from django.test import RequestFactory
 
-from tests.conftest import ROOT
+from tests.support.servers import ROOT
 from tjwater.logging import RedactHandlePaths, redact
 from tjwater.urls import not_found, server_error
 

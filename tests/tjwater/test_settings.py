@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.servers import ROOT
 
 
 def load_settings(**env: str) -> subprocess.CompletedProcess[str]:
@@ -199,7 +199,7 @@ finally:
 
 @pytest.mark.django_db
 def test_an_expired_admin_session_is_sent_back_to_the_provider_silently() -> None:
-    from tests.conftest import subprocess_database_url
+    from tests.support.servers import subprocess_database_url
 
     result = subprocess.run(
         [sys.executable, "-c", SESSION_REFRESH_PROBE],

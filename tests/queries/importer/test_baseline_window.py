@@ -26,7 +26,7 @@ from queries.models import NodeBaseline
 from queries.models.jobs import Job
 from queries.services.baseline_jobs import CANCEL_KEY, baseline_enqueue, missing_windows, rolling_baseline
 from queries.tasks import simulate_baseline
-from tests.conftest import subprocess_database_url
+from tests.support.servers import subprocess_database_url
 from tjwater.celery import app
 
 GPM = 6.30901964e-05

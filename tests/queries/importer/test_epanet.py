@@ -40,7 +40,7 @@ from queries.models import (
     Tank,
     Valve,
 )
-from tests.conftest import ROOT, subprocess_database_url
+from tests.support.servers import ROOT, subprocess_database_url
 
 GEOD = Geod(ellps="WGS84")
 

@@ -32,7 +32,7 @@ from queries.importer.epanet import import_network, wntr_network_path
 from queries.importer.scada_devices import ScadaImportError, import_scada_devices
 from queries.importer.scada_readings import RejectedFile, import_scada
 from queries.models import Job, ScadaReading
-from tests.conftest import ROOT, subprocess_database_url
+from tests.support.servers import ROOT, subprocess_database_url
 
 PSI = 0.7030695796391595  # m of water head per psi
 GPM = 6.30901964e-05  # m³/s per US gallon per minute

@@ -17,7 +17,7 @@ from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResul
 from queries.schemas.common import PageRequest
 from queries.services import analysis
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

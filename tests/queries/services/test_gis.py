@@ -10,9 +10,9 @@ import pytest
 
 from queries.models import ElementGisProperties, GisFeature
 from queries.services import gis
-from tests.conftest import ServerProcess
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 from tests.queries.services.test_spatial import demo_scope, principal_without_webgis, refused_call
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

@@ -36,7 +36,7 @@ from queries.schemas.common import PageRequest
 from queries.schemas.history import ElementKey
 from queries.services import history
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

@@ -15,9 +15,9 @@ from contexts.errors import InvalidParameter, NotFound
 from queries.models import Observation, PeripheralPoint, TestData, WorkOrder
 from queries.schemas.common import PageRequest
 from queries.services import peripheral
-from tests.conftest import ServerProcess
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 from tests.queries.services.test_spatial import demo_scope, principal_without_webgis, refused_call, synthetic_scope
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

@@ -19,7 +19,7 @@ from contexts.scope import QueryScope
 from queries.models import ElementGisProperties, GisFeature, GisLayer, NodeBaseline, ScadaDevice, ScadaReading
 from queries.services import ranking
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import DEMO
+from tests.support.demo import DEMO
 
 pytestmark = [pytest.mark.django_db]
 

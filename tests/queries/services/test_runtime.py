@@ -13,9 +13,9 @@ from contexts.errors import NotFound
 from contexts.models import Project
 from queries.models import WorkbenchRuntime
 from queries.services import runtime
-from tests.conftest import ServerProcess
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
 from tests.queries.services.test_spatial import demo_scope, principal_without_webgis, refused_call, synthetic_scope
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

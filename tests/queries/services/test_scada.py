@@ -25,7 +25,7 @@ from queries.registry import tools_by_name
 from queries.schemas.common import PageRequest
 from queries.services import scada
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import DEMO, DEMO_B, business_error, structured
+from tests.support.demo import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

@@ -30,10 +30,10 @@ from contexts.tokens import VerifiedToken
 from queries.models import Junction, Pipe
 from queries.schemas.common import PageRequest
 from queries.services import spatial
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import call_tool_raw
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import CLIENT, DEMO, DEMO_B, structured
+from tests.support.demo import CLIENT, DEMO, DEMO_B, structured
+from tests.support.net1 import call_tool_raw
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 

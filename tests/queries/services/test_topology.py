@@ -23,7 +23,7 @@ from queries.models import LinkBaseline
 from queries.registry import tools_by_name
 from queries.services import topology
 from tests.queries.factories import service_scope
-from tests.queries.services.conftest import DEMO, structured
+from tests.support.demo import DEMO, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -292,9 +292,10 @@ def test_trace_and_connected_refusals(demo_loaded: None) -> None:
 def bound_tools(handles: dict[tuple[str, str], str], who: str) -> set[str]:
     """The tools of ``who``'s context on the demo (what the binding answered and its tools/call allows)."""
     from contexts.models import QueryContext
+    from contexts.selectors import hash_handle
 
-    contexts = QueryContext.objects.filter(session_id=f"queries-tests-{who}-{DEMO}", project__slug=DEMO)
-    return set(contexts.order_by("-pk").values_list("allowed_tools", flat=True)[0])
+    context = QueryContext.objects.get(handle_hash=hash_handle(handles[(who, DEMO)]))
+    return set(context.allowed_tools)
 
 
 def test_new_tools_follow_their_permissions(

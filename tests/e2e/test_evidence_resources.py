@@ -20,7 +20,7 @@ from evidence.task_tools import PAGE_CEILING_BYTES, describe, get_task_evidence
 from mcp_app.resources import evidence_call_result, list_evidence_resources, read_evidence_resource
 from queries.plan import run_sync
 from queries.registry import tool_spec, tools_by_name
-from tests.evidence.conftest import EvidenceWorld, Investigation, run_evidence_call
+from tests.evidence.factories import EvidenceWorld, Investigation, run_evidence_call
 
 HANDLE = "h" * 43
 

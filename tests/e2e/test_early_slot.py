@@ -9,7 +9,9 @@ import asyncio
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx2
 import pytest
@@ -22,28 +24,21 @@ from contexts.selectors import hash_handle
 from contexts.tokens import VerifiedToken
 from mcp_app.dispatch import TenantHints
 from mcp_app.limits import ConcurrencyLimiter, slot_key
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    PROJECT_SLUG,
-    SUBJECT_PREFIX,
-    E2EProject,
-    call_tool_raw,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
-from tests.mcp_app.conftest import (
-    handle as handle_of,
-)
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject, token
+from tests.support.servers import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 ARGS = {"element_type": "junction", "element_id": "10"}
 
 
 def test_a_revoked_handle_is_refused_and_its_early_slot_given_back(
-    mcp_server: ServerProcess, e2e_project: E2EProject
+    mcp_server: ServerProcess,
+    e2e_project: E2EProject,
+    call_tool_raw: Callable[..., dict[str, Any]],
+    handle: Callable[..., str],
 ) -> None:
     # Bound and revoked through the REST API, like a host does (the server commits both).
     bearer = token("erin", scopes="mcp.query mcp.context.bind")
@@ -73,14 +68,17 @@ def test_a_revoked_handle_is_refused_and_its_early_slot_given_back(
 
 
 def test_a_flood_of_someone_elses_handle_never_takes_the_owners_slots(
-    mcp_server: ServerProcess, e2e_project: E2EProject
+    mcp_server: ServerProcess,
+    e2e_project: E2EProject,
+    call_tool_raw: Callable[..., dict[str, Any]],
+    handle: Callable[..., str],
 ) -> None:
     # Issue 17 item 1, reproduced: bob floods alice's (leaked) handle — each of his calls is refused
     # CONTEXT_INVALID — while alice calls with it one call at a time (4 slots, she never uses more than 1).
     # Before the fix, bob's calls took alice's slot early (from the handle's hint) for a round trip each
     # and most of her calls were RATE_LIMITED.
     alice_bearer, bob_bearer = token("alice"), token("bob")
-    leaked = handle_of("alice")
+    leaked = handle("alice")
     first = call_tool_raw(mcp_server, "get_element_properties", ARGS, bearer=alice_bearer, context_handle=leaked)
     assert first["result"]["isError"] is False  # the process has learned the handle's tenant
     body = rpc_body("tools/call", {"name": "get_element_properties", "arguments": {"context_handle": leaked, **ARGS}})
@@ -154,7 +152,7 @@ def test_the_hint_serves_only_the_token_identity_it_was_learned_from(test_redis:
     assert asyncio.run(main()) == [True, False, False, False]
 
 
-def test_hints_hold_hashes_only_and_are_bounded() -> None:
+def test_hints_hold_hashes_only_and_are_bounded(handle: Callable[..., str]) -> None:
     hints = TenantHints()
     hints.MAX_HINTS = 3
     scope = QueryScope(

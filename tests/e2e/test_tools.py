@@ -15,12 +15,13 @@ from mcp.client.streamable_http import streamable_http_client
 from referencing import Registry
 
 from queries.registry import tools_by_name
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import PROJECT_SLUG, handle, token
+from tests.support.net1 import PROJECT_SLUG, token
+from tests.support.servers import ServerProcess
 
 # django_db: makes pytest-django create the test database even when only these tests are collected
 # (otherwise the session fixtures and the uvicorn processes would use the configured database).
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 
 def run_client(
@@ -139,7 +140,7 @@ CALLS: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], None]]] = [
 ]
 
 
-def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) -> None:
+def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     async def body(client: Client) -> list[tuple[Any, Any]]:
         listing = await client.list_tools()
         schemas = {tool.name: tool.output_schema for tool in listing.tools}
@@ -171,7 +172,7 @@ def test_every_tool_result_matches_its_output_schema(mcp_server: ServerProcess) 
     assert "216.408" not in log
 
 
-def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
+def test_business_error_through_sdk_client(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     async def body(client: Client) -> Any:
         listing = await client.list_tools()
         schema = next(t.output_schema for t in listing.tools if t.name == "get_network_options")
@@ -190,7 +191,7 @@ def test_business_error_through_sdk_client(mcp_server: ServerProcess) -> None:
     }
 
 
-def test_sdk_client_with_a_query_scoped_token(mcp_server: ServerProcess) -> None:
+def test_sdk_client_with_a_query_scoped_token(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     # The SDK client lists tools before calling one: a token-exchanged token (mcp.query
     # mcp.context.bind, no catalog scope) must be enough for the whole call.
     async def body(client: Client) -> Any:

@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,19 +18,13 @@ import httpx2
 import pytest
 from django.conf import settings
 
-from tests.conftest import ServerProcess, free_port
-from tests.mcp_app.conftest import (
-    SERVER_ENV,
-    E2EProject,
-    call_tool_raw,
-    handle,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import SERVER_ENV, E2EProject, token
+from tests.support.postgres import PrivatePostgres, active_sleeps, pg_bin, terminate_query_connections
+from tests.support.servers import ServerProcess, launch, server_env, subprocess_database_url
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 
 def post_raw(server: ServerProcess, body: str, name: str, who: str = "alice") -> httpx2.Response:
@@ -47,7 +37,7 @@ def post_raw(server: ServerProcess, body: str, name: str, who: str = "alice") ->
 
 
 @pytest.mark.parametrize("field", ["element_id", "context_handle"])
-def test_lone_surrogates_are_a_client_error(mcp_server: ServerProcess, field: str) -> None:
+def test_lone_surrogates_are_a_client_error(mcp_server: ServerProcess, field: str, handle: Callable[..., str]) -> None:
     arguments = {"context_handle": handle(), "element_type": "junction", "element_id": "10"}
     arguments[field] = "\ud800" + arguments[field] + "x" * 20
     # json.dumps escapes the lone surrogate as \ud800, which is valid JSON (and invalid Unicode).
@@ -59,7 +49,9 @@ def test_lone_surrogates_are_a_client_error(mcp_server: ServerProcess, field: st
     assert "INTERNAL_ERROR" not in json.dumps(reply)
 
 
-def test_nul_in_an_argument_is_a_client_error(mcp_server: ServerProcess) -> None:
+def test_nul_in_an_argument_is_a_client_error(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "1\x000"})
     assert reply["error"]["code"] == -32602
 
@@ -87,7 +79,9 @@ def small_server(start_server: Callable[..., ServerProcess], e2e_project: E2EPro
     )
 
 
-def test_overload_refuses_at_once_and_auth_and_catalog_do_not_wait(small_server: ServerProcess) -> None:
+def test_overload_refuses_at_once_and_auth_and_catalog_do_not_wait(
+    small_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     slow = 4.0
     with ThreadPoolExecutor(max_workers=2) as pool:
         running = [
@@ -126,77 +120,19 @@ def test_overload_refuses_at_once_and_auth_and_catalog_do_not_wait(small_server:
 # --- a private PostgreSQL --------------------------------------------------------------------------
 
 
-def _pg_bin(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    for base in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (base / name).exists():
-            return str(base / name)
-    raise RuntimeError(f"{name} not found")
-
-
-def _as_postgres(args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    prefix = [] if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--"]
-    return subprocess.run([*prefix, *args], check=True, capture_output=True, text=True, timeout=120, **kwargs)
-
-
-class PrivatePostgres:
-    """A throw-away cluster under /tmp on its own port, owned by the postgres OS user."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="tjwater-pg-"))
-        shutil.chown(self.dir, "postgres") if os.geteuid() == 0 else None
-        self.data = self.dir / "data"
-        self.port = free_port()
-        _as_postgres([_pg_bin("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
-
-    def start(self) -> None:
-        _as_postgres(
-            [
-                _pg_bin("pg_ctl"),
-                "-D",
-                str(self.data),
-                "-w",
-                "-l",
-                str(self.dir / "log"),
-                "-o",
-                f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1",
-                "start",
-            ]
-        )
-
-    def stop(self) -> None:
-        _as_postgres([_pg_bin("pg_ctl"), "-D", str(self.data), "-w", "-m", "fast", "stop"])
-
-    def url(self, db: str) -> str:
-        return f"postgis://postgres@127.0.0.1:{self.port}/{db}"
-
-    def remove(self) -> None:
-        try:
-            self.stop()
-        except subprocess.CalledProcessError:
-            pass
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
-def private_pg(e2e_project: E2EProject) -> Iterator[PrivatePostgres]:
+def private_pg(e2e_handles: dict[str, str]) -> Iterator[PrivatePostgres]:
     """A private cluster holding a copy of the test database (schema, then the contexts and network rows
     the e2e handles need), so a server pointed at it resolves real handles."""
-    pg = PrivatePostgres()
+    pg = PrivatePostgres.create(dbname="copy")
     try:
         pg.start()
+        pg.create_database()
         source = settings.DATABASES["default"]
         src = ["-h", source.get("HOST") or "127.0.0.1", "-p", str(source.get("PORT") or 5432), "-U", "postgres"]
-        subprocess.run(
-            [_pg_bin("psql"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-c", "CREATE DATABASE copy"],
-            check=True,
-            capture_output=True,
-        )
         dump = subprocess.run(
             [
-                _pg_bin("pg_dump"),
+                pg_bin("pg_dump"),
                 *src,
                 "--no-owner",
                 "--exclude-table-data=queries_*baseline*",
@@ -209,7 +145,7 @@ def private_pg(e2e_project: E2EProject) -> Iterator[PrivatePostgres]:
             timeout=300,
         )
         subprocess.run(
-            [_pg_bin("psql"), "-q", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-d", "copy"],
+            [pg_bin("psql"), "-q", "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-d", "copy"],
             input=dump.stdout,
             check=True,
             capture_output=True,
@@ -220,12 +156,14 @@ def private_pg(e2e_project: E2EProject) -> Iterator[PrivatePostgres]:
         pg.remove()
 
 
-def test_database_outage_is_data_source_unavailable_and_recovers(private_pg: PrivatePostgres, tmp_path: Path) -> None:
-    with uvicorn(tmp_path, DATABASE_URL=private_pg.url("copy"), TJWATER_DB_POOL_TIMEOUT_S="1.5") as server:
-        outage(server, private_pg)
+def test_database_outage_is_data_source_unavailable_and_recovers(
+    private_pg: PrivatePostgres, tmp_path: Path, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
+    with uvicorn(tmp_path, DATABASE_URL=private_pg.url, TJWATER_DB_POOL_TIMEOUT_S="1.5") as server:
+        outage(server, private_pg, call_tool_raw)
 
 
-def outage(server: ServerProcess, private_pg: PrivatePostgres) -> None:
+def outage(server: ServerProcess, private_pg: PrivatePostgres, call_tool_raw: Callable[..., dict[str, Any]]) -> None:
     arguments = {"element_type": "junction", "element_id": "10"}
     deadline = time.monotonic() + 30  # the pool connects in the background after start-up
     while call_tool_raw(server, "get_element_properties", arguments)["result"]["isError"]:
@@ -260,34 +198,15 @@ def outage(server: ServerProcess, private_pg: PrivatePostgres) -> None:
 
 @contextlib.contextmanager
 def uvicorn(tmp_path: Path, *, workers: int = 1, **extra_env: str) -> Iterator[ServerProcess]:
-    """A uvicorn process (``--workers N`` as ``TJWATER_WORKERS=N make run`` starts it), waited for by its
-    own start-up lines (so a database that is down does not stop the wait) for up to 120 s."""
-    from tests.conftest import ROOT, stop_process, subprocess_database_url
-
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "DATABASE_URL": subprocess_database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "TJWATER_MCP_RESOURCE_URI": f"http://127.0.0.1:{port}/mcp",
-        "PYTHONUNBUFFERED": "1",
-        **SERVER_ENV,
-        **extra_env,
-    }
-    log_path = tmp_path / f"uvicorn-{port}.log"
-    argv = [sys.executable, "-m", "uvicorn", "tjwater.asgi:application", "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "--lifespan", "on", "--no-access-log", "--workers", str(workers)]
-    process = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-    server = ServerProcess(url=f"http://127.0.0.1:{port}", port=port, process=process, log_path=log_path)
+    """A uvicorn process (``--workers N`` as ``TJWATER_WORKERS=N make run`` starts it) started by the one
+    launcher, whose readiness needs no database (so a database that is down does not stop the wait)."""
+    base = {"DATABASE_URL": subprocess_database_url(), "REDIS_URL": settings.REDIS_URL, **SERVER_ENV}
+    env = server_env(**{**base, **extra_env})
+    server = launch(env, tmp_path, workers=workers)
     try:
-        deadline = time.monotonic() + 120
-        while server.log().count("Application startup complete") < workers:
-            assert process.poll() is None and time.monotonic() < deadline, server.log()
-            time.sleep(0.2)
         yield server
     finally:
-        stop_process(process)
+        server.stop()
 
 
 @pytest.fixture
@@ -296,9 +215,9 @@ def two_workers(e2e_project: E2EProject, tmp_path: Path) -> Iterator[ServerProce
         yield server
 
 
-def test_the_limit_holds_across_two_worker_processes(two_workers: ServerProcess) -> None:
-    from tests.mcp_app.conftest import active_sleeps
-
+def test_the_limit_holds_across_two_worker_processes(
+    two_workers: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     db = settings.DATABASES["default"]["NAME"]
     calls = 12
     peak = 0
@@ -325,28 +244,8 @@ def test_the_limit_holds_across_two_worker_processes(two_workers: ServerProcess)
 # --- dead pooled connections (issue 17 item 9) -------------------------------------------------------
 
 
-def _terminate_query_connections(dbname: str) -> int:
-    """What a PostgreSQL restart does to the MCP query pool: every one of its backends is gone."""
-    import psycopg
-
-    db = settings.DATABASES["default"]
-    with psycopg.connect(
-        host=db.get("HOST") or "127.0.0.1",
-        port=db.get("PORT") or 5432,
-        user=db.get("USER") or "postgres",
-        dbname=dbname,
-        autocommit=True,
-    ) as conn:
-        row = conn.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'tjwater-mcp-query' AND datname = %s",
-            [dbname],
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def test_dead_pooled_connections_cost_at_most_one_failure(
-    start_server: Callable[..., ServerProcess], e2e_project: E2EProject
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, call_tool_raw: Callable[..., dict[str, Any]]
 ) -> None:
     # Issue 17 item 9: after a PostgreSQL restart every pooled connection is dead, noticed only when
     # used. Before, each call met the next dead one (one DATA_SOURCE_UNAVAILABLE per pooled connection,
@@ -362,7 +261,7 @@ def test_dead_pooled_connections_cost_at_most_one_failure(
     with ThreadPoolExecutor(max_workers=len(callers)) as pool:
         for _ in range(5):  # the pool grows to several open connections
             assert set(pool.map(call, callers)) == {"ok"}
-        killed = _terminate_query_connections(settings.DATABASES["default"]["NAME"])
+        killed = terminate_query_connections(settings.DATABASES["default"]["NAME"])
         assert killed >= 4
         started = time.monotonic()
         sequential = [call("alice") for _ in range(8)]

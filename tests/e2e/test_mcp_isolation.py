@@ -33,9 +33,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from contexts import dev_issuer
 from contexts.models import ContextEvent, Membership, Principal, Project, QueryContext, TaskRun
+from contexts.selectors import hash_handle
 from queries.models.network import Junction
-from tests.conftest import ServerProcess
 from tests.contexts import factories
+from tests.support.servers import ServerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 
@@ -263,7 +264,7 @@ def test_admin_revoke_stops_the_next_call_in_every_server_process(
     handle = handle_for(servers[0], iso.alice, iso.alpha)
     for server in servers:
         assert elevation(call(server, iso.alice, handle)) == 11.0
-    context_id = QueryContext.objects.order_by("-pk").values_list("pk", flat=True).first()
+    context_id = QueryContext.objects.filter(handle_hash=hash_handle(handle)).values_list("pk", flat=True).first()
     assert context_id is not None
 
     assert factories.committed(_admin_revoke, context_id, "suspected leak") == 302
@@ -277,7 +278,7 @@ def test_admin_revoke_stops_the_next_call_in_every_server_process(
 def test_an_expired_handle_is_refused(servers: tuple[ServerProcess, ...], iso: IsoWorld) -> None:
     server = servers[0]
     handle = handle_for(server, iso.alice, iso.alpha)
-    context_id = QueryContext.objects.order_by("-pk").values_list("pk", flat=True).first()
+    context_id = QueryContext.objects.filter(handle_hash=hash_handle(handle)).values_list("pk", flat=True).first()
     factories.committed(lambda: QueryContext.objects.filter(pk=context_id).update(expires_at=timezone.now()))
     assert refusal(call(server, iso.alice, handle))["code"] == "CONTEXT_EXPIRED"
 

@@ -14,11 +14,13 @@ import httpx2
 import pytest
 from django.conf import settings
 
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import E2EProject, handle, parse_rpc_response, rpc_body, rpc_headers, token
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import E2EProject, token
 from tests.support.otlp import ReceivedSpan, otlp_receiver
+from tests.support.servers import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 SERVER = 2  # opentelemetry.proto Span.SpanKind SPAN_KIND_SERVER
 CLIENT = 3
@@ -29,7 +31,7 @@ def children(spans: list[ReceivedSpan], parent: ReceivedSpan) -> list[str]:
 
 
 def test_a_tools_call_continues_the_callers_trace_and_its_log_line_joins_it(
-    start_server: Callable[..., ServerProcess], e2e_project: E2EProject
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, handle: Callable[..., str]
 ) -> None:
     with otlp_receiver() as receiver:
         server = start_server(

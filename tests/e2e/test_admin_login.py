@@ -8,7 +8,7 @@ import httpx2
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.conftest import ServerProcess
+from tests.support.servers import ServerProcess
 
 pytestmark = pytest.mark.e2e
 

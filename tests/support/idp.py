@@ -21,9 +21,8 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
 
-from tests.conftest import stop_process
+from tests.support.servers import ROOT, stop_process
 
-ROOT = Path(__file__).resolve().parents[2]
 DEVTOOLS = ROOT / "devtools"
 NODE = DEVTOOLS / "node_modules" / ".bin" / "node"
 PROVIDER_SCRIPT = DEVTOOLS / "idp" / "provider.mjs"
@@ -224,3 +223,67 @@ def start_provider(log_path: Path, **extra_env: str) -> IdentityProvider:
         time.sleep(0.1)
     provider.stop()
     raise RuntimeError(f"the provider did not answer:\n{provider.log()}")
+
+
+def idp_env(idp: IdentityProvider, **extra: str) -> dict[str, str]:
+    """Server environment trusting ``idp`` as the one issuer: bearer tokens on /mcp and the context API
+    (the dev issuer off) and operator sign-in to the admin (mozilla-django-oidc)."""
+    return {
+        "TJWATER_OIDC_ISSUER": idp.issuer,
+        "TJWATER_DEV_ISSUER": "0",
+        "TJWATER_MCP_AUDIENCE": idp.audience,
+        "OIDC_RP_CLIENT_ID": ADMIN_CLIENT_ID,
+        "OIDC_RP_CLIENT_SECRET": ADMIN_CLIENT_SECRET,
+        "OIDC_OP_AUTHORIZATION_ENDPOINT": idp.endpoint("auth"),
+        "OIDC_OP_TOKEN_ENDPOINT": idp.endpoint("token"),
+        "OIDC_OP_USER_ENDPOINT": idp.endpoint("userinfo"),
+        "OIDC_OP_JWKS_ENDPOINT": idp.endpoint("certs"),
+        "OIDC_OP_END_SESSION_ENDPOINT": idp.endpoint("logout"),
+        **extra,
+    }
+
+
+@dataclass
+class Members:
+    """A project with members committed to the shared test database (the server processes see them)."""
+
+    project_slug: str
+    principals: dict[str, int]
+
+
+def create_members(issuer: str, subjects: dict[str, list[str]]) -> Members:
+    """Commit a fresh project with ``subjects`` (subject → permissions) as its members."""
+    from contexts.models import Membership, Principal, Project
+
+    slug = f"interop-{secrets.token_hex(4)}"
+    project = Project.objects.create(slug=slug, name=f"Interop {slug}")
+    ids: dict[str, int] = {}
+    for subject, permissions in subjects.items():
+        principal, _ = Principal.objects.get_or_create(issuer=issuer, subject=subject)
+        Membership.objects.create(principal=principal, project=project, permissions=permissions)
+        ids[subject] = principal.pk
+    return Members(project_slug=slug, principals=ids)
+
+
+def delete_members(members: Members) -> None:
+    """Remove what ``create_members`` committed (principals only where no other membership holds them)."""
+    from contexts.models import Principal, Project
+
+    Project.objects.filter(slug=members.project_slug).delete()
+    Principal.objects.filter(pk__in=members.principals.values(), memberships__isnull=True).delete()
+
+
+def create_context(server_url: str, token: str, project: str, *, session_id: str | None = None) -> str:
+    """Bind an ordinary_chat context through the real REST API and return its handle."""
+    response = httpx2.post(
+        f"{server_url}/api/v1/mcp-query-contexts",
+        headers={"Authorization": f"Bearer {token}"},
+        json={
+            "project": project,
+            "session_id": session_id or f"interop-{secrets.token_hex(4)}",
+            "purpose": "ordinary_chat",
+        },
+        timeout=15,
+    )
+    assert response.status_code == 201, (response.status_code, response.text)
+    return str(response.json()["context_handle"])

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from contexts.models import Project
-from tests.conftest import ROOT, ServerProcess, subprocess_database_url
+from tests.support.servers import ROOT, ServerProcess, subprocess_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
 

@@ -4,28 +4,19 @@ R-PROTO-3, the bearer layer (R-AUTH), the protected-resource metadata and cache 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import httpx2
 import pytest
 
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    PROJECT_SLUG,
-    PROTOCOL,
-    SERVICE_CLIENT,
-    UNKNOWN_HANDLE,
-    E2EProject,
-    call_tool_raw,
-    handle,
-    parse_rpc_response,
-    rpc_body,
-    rpc_headers,
-    token,
-)
+from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
+from tests.support.net1 import PROJECT_SLUG, PROTOCOL, SERVICE_CLIENT, UNKNOWN_HANDLE, E2EProject, token
+from tests.support.servers import ServerProcess
 
 # django_db: makes pytest-django create the test database even when only these tests are collected
 # (otherwise the session fixtures and the uvicorn processes would use the configured database).
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 
 def post(server: ServerProcess, body: dict, headers: dict[str, str]) -> httpx2.Response:
@@ -110,7 +101,9 @@ def test_missing_meta_is_32602(mcp_server: ServerProcess) -> None:
     assert response.json()["error"]["code"] == -32602
 
 
-def test_invalid_arguments_are_32602_without_echoing_values(mcp_server: ServerProcess) -> None:
+def test_invalid_arguments_are_32602_without_echoing_values(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     bearer = token()
     cases = [
         {"element_type": "junction"},  # element_id missing
@@ -130,7 +123,9 @@ def test_invalid_arguments_are_32602_without_echoing_values(mcp_server: ServerPr
     assert parse_rpc_response(response)["error"]["code"] == -32602
 
 
-def test_unknown_tool_and_forbidden_tool_look_the_same(mcp_server: ServerProcess) -> None:
+def test_unknown_tool_and_forbidden_tool_look_the_same(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     unknown = call_tool_raw(mcp_server, "drop_all_tables", {})
     # carol is a member without webgis.view: her context binds no network tool (an empty tool list
     # means no tools), so for her they do not exist.
@@ -142,7 +137,9 @@ def test_unknown_tool_and_forbidden_tool_look_the_same(mcp_server: ServerProcess
     assert unknown["error"]["message"] == "Unknown tool: drop_all_tables"
 
 
-def test_a_handle_is_required_and_must_be_the_callers(mcp_server: ServerProcess) -> None:
+def test_a_handle_is_required_and_must_be_the_callers(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]], handle: Callable[..., str]
+) -> None:
     # Never issued → CONTEXT_INVALID, a business error; never data.
     reply = call_tool_raw(mcp_server, "get_network_schema", {"kind": "pipe"}, context_handle=UNKNOWN_HANDLE)
     assert reply["result"]["isError"] is True and reply["result"]["resultType"] == "complete"
@@ -156,7 +153,9 @@ def test_a_handle_is_required_and_must_be_the_callers(mcp_server: ServerProcess)
     assert empty["error"]["code"] == -32602
 
 
-def test_business_errors_are_iserror_results_without_internals(mcp_server: ServerProcess) -> None:
+def test_business_errors_are_iserror_results_without_internals(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "pipe", "element_id": "nope"})
     result = reply["result"]
     assert result["isError"] is True and result["resultType"] == "complete"
@@ -233,7 +232,9 @@ def test_insufficient_scope_is_403_per_method(mcp_server: ServerProcess) -> None
     assert 'scope="mcp.catalog.read"' in response.headers["www-authenticate"]
 
 
-def test_query_scope_also_opens_the_catalog(mcp_server: ServerProcess) -> None:
+def test_query_scope_also_opens_the_catalog(
+    mcp_server: ServerProcess, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     # Hosts list tools before every call (the SDK client does): mcp.query alone must be enough to
     # discover, list and call (the token a token exchange yields: mcp.query mcp.context.bind).
     query_only = token(scopes="mcp.query mcp.context.bind")
@@ -294,7 +295,7 @@ def test_resources_are_private_and_empty(mcp_server: ServerProcess) -> None:
         assert (listing["result"]["ttlMs"], listing["result"]["cacheScope"]) == (0, "private"), method
 
 
-def test_resource_read_needs_the_callers_context_first(mcp_server: ServerProcess) -> None:
+def test_resource_read_needs_the_callers_context_first(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     uri = "tjwater://evidence/does-not-exist"
     # No handle: a clear refusal naming the business code — nothing about the resource.
     missing = read_resource(mcp_server, uri, token(), None)["error"]
@@ -309,7 +310,9 @@ def test_resource_read_needs_the_callers_context_first(mcp_server: ServerProcess
     assert "result" not in read_resource(mcp_server, uri, token("bob"), handle("alice"))
 
 
-def test_authorized_resource_read_of_an_unknown_uri_is_not_found(mcp_server: ServerProcess) -> None:
+def test_authorized_resource_read_of_an_unknown_uri_is_not_found(
+    mcp_server: ServerProcess, handle: Callable[..., str]
+) -> None:
     # SEP-2164: -32602 with the requested URI in data (no evidence resources exist yet).
     uri = "tjwater://evidence/does-not-exist"
     reply = read_resource(mcp_server, uri, token(), handle())
@@ -318,7 +321,7 @@ def test_authorized_resource_read_of_an_unknown_uri_is_not_found(mcp_server: Ser
     assert handle() not in mcp_server.log()
 
 
-def test_progress_only_with_progress_token(mcp_server: ServerProcess) -> None:
+def test_progress_only_with_progress_token(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     bearer = token("bob")
     arguments = {"name": "test_slow_query", "arguments": {"context_handle": handle("bob"), "seconds": 0.05}}
     plain = post(
@@ -378,7 +381,9 @@ def test_transport_security_checks_host_and_origin(mcp_server: ServerProcess) ->
     assert same_origin.status_code == 200
 
 
-def test_the_context_handle_decides_the_project(mcp_server: ServerProcess, e2e_project: E2EProject) -> None:
+def test_the_context_handle_decides_the_project(
+    mcp_server: ServerProcess, e2e_project: E2EProject, call_tool_raw: Callable[..., dict[str, Any]]
+) -> None:
     # The project comes from the binding alone: the same call with alice's handle answers for her
     # project, and nothing in the arguments can name another (additionalProperties: false).
     reply = call_tool_raw(mcp_server, "get_element_properties", {"element_type": "junction", "element_id": "10"})
@@ -389,7 +394,7 @@ def test_the_context_handle_decides_the_project(mcp_server: ServerProcess, e2e_p
     assert forged["error"]["code"] == -32602
 
 
-def test_catalog_check_against_the_live_server(mcp_server: ServerProcess) -> None:
+def test_catalog_check_against_the_live_server(mcp_server: ServerProcess, handle: Callable[..., str]) -> None:
     """``mcp_catalog_check --url`` (issue 13): every check passes against a real server — the harmless call
     through a short-lived context bound to the project and deleted again, and the cancellation probe (the
     token is the service client's) — and it prints ``ready``."""

@@ -13,21 +13,15 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.conftest import ServerProcess
-from tests.mcp_app.conftest import (
-    SERVER_ENV,
-    E2EProject,
-    active_sleeps,
-    call_tool_raw,
-    handle,
-    rpc_body,
-    rpc_headers,
-    token,
-)
+from tests.support.mcp_http import rpc_body, rpc_headers
+from tests.support.net1 import SERVER_ENV, E2EProject, token
+from tests.support.postgres import active_sleeps
+from tests.support.servers import ServerProcess
 
 # django_db: makes pytest-django create the test database even when only these tests are collected
 # (otherwise the session fixtures and the uvicorn processes would use the configured database).
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+# The Net1 members' contexts exist for the whole module (tests/conftest.py ``e2e_handles``).
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db, pytest.mark.usefixtures("e2e_handles")]
 
 
 def db_name() -> str:
@@ -44,7 +38,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.
     return time.monotonic() - start
 
 
-def open_slow_call(server: ServerProcess, subject: str, seconds: float) -> socket.socket:
+def open_slow_call(server: ServerProcess, subject: str, seconds: float, handle: Callable[..., str]) -> socket.socket:
     """Send a tools/call over a raw socket and return it unread (closing it = the client going away)."""
     body = json.dumps(
         rpc_body(
@@ -60,14 +54,21 @@ def open_slow_call(server: ServerProcess, subject: str, seconds: float) -> socke
     return sock
 
 
-def slow_result(server: ServerProcess, subject: str, seconds: float) -> dict[str, Any]:
+def slow_result(
+    server: ServerProcess, subject: str, seconds: float, call_tool_raw: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
     return call_tool_raw(server, "test_slow_query", {"seconds": seconds}, subject)["result"]
 
 
-def test_disconnect_cancels_the_sql_within_one_second(mcp_server: ServerProcess, e2e_project: E2EProject) -> None:
+def test_disconnect_cancels_the_sql_within_one_second(
+    mcp_server: ServerProcess,
+    e2e_project: E2EProject,
+    call_tool_raw: Callable[..., dict[str, Any]],
+    handle: Callable[..., str],
+) -> None:
     db = db_name()
     baseline = active_sleeps(db)
-    sock = open_slow_call(mcp_server, "bob", 30)
+    sock = open_slow_call(mcp_server, "bob", 30, handle)
     wait_for(lambda: active_sleeps(db) == baseline + 1, timeout=10)
     time.sleep(0.2)  # let the statement settle into pg_sleep
     sock.close()
@@ -80,15 +81,15 @@ def test_disconnect_cancels_the_sql_within_one_second(mcp_server: ServerProcess,
     log = mcp_server.log()
     assert "tool=test_slow_query" in log
     # The same principal can use the endpoint right away: the slot was released.
-    assert slow_result(mcp_server, "bob", 0.01)["isError"] is False
+    assert slow_result(mcp_server, "bob", 0.01, call_tool_raw)["isError"] is False
 
 
 def test_query_budget_is_enforced_in_the_database(
-    start_server: Callable[..., ServerProcess], e2e_project: E2EProject
+    start_server: Callable[..., ServerProcess], e2e_project: E2EProject, call_tool_raw: Callable[..., dict[str, Any]]
 ) -> None:
     server = start_server(**{**SERVER_ENV, "TJWATER_MCP_QUERY_BUDGET_S": "1"}, REDIS_URL=settings.REDIS_URL)
     started = time.monotonic()
-    result = slow_result(server, "erin", 5)
+    result = slow_result(server, "erin", 5, call_tool_raw)
     assert time.monotonic() - started < 3
     assert result["isError"] is True
     assert result["structuredContent"] == {
@@ -100,14 +101,17 @@ def test_query_budget_is_enforced_in_the_database(
 
 
 def test_four_in_flight_per_principal_and_project_across_two_processes(
-    mcp_server: ServerProcess, mcp_server_b: ServerProcess, e2e_project: E2EProject
+    mcp_server: ServerProcess,
+    mcp_server_b: ServerProcess,
+    e2e_project: E2EProject,
+    call_tool_raw: Callable[..., dict[str, Any]],
 ) -> None:
     servers = [mcp_server, mcp_server_b] * 3
     with ThreadPoolExecutor(max_workers=8) as pool:
-        futures = [pool.submit(slow_result, server, "dave", 3.0) for server in servers]
+        futures = [pool.submit(slow_result, server, "dave", 3.0, call_tool_raw) for server in servers]
         time.sleep(0.5)
         # Another principal on the same project is not affected by dave's slots.
-        other = slow_result(mcp_server_b, "erin", 0.01)
+        other = slow_result(mcp_server_b, "erin", 0.01, call_tool_raw)
         results = [f.result() for f in futures]
     assert other["isError"] is False
     codes = sorted("ok" if not r["isError"] else r["structuredContent"]["code"] for r in results)
@@ -116,13 +120,18 @@ def test_four_in_flight_per_principal_and_project_across_two_processes(
     assert all(r["structuredContent"]["retryable"] is True for r in limited)
 
 
-def test_killed_process_frees_its_slots(start_server: Callable[..., ServerProcess], mcp_server: ServerProcess) -> None:
+def test_killed_process_frees_its_slots(
+    start_server: Callable[..., ServerProcess],
+    mcp_server: ServerProcess,
+    call_tool_raw: Callable[..., dict[str, Any]],
+    handle: Callable[..., str],
+) -> None:
     # The doomed process writes 4 s leases (refreshed every 1.3 s while it lives).
     lease_s = 4.0
     doomed = start_server(**{**SERVER_ENV, "TJWATER_MCP_SLOT_LEASE_S": str(lease_s)}, REDIS_URL=settings.REDIS_URL)
     db = db_name()
     baseline = active_sleeps(db)
-    sockets = [open_slow_call(doomed, "frank", lease_s) for _ in range(4)]
+    sockets = [open_slow_call(doomed, "frank", lease_s, handle) for _ in range(4)]
     wait_for(lambda: active_sleeps(db) >= baseline + 4, timeout=10)
     doomed.process.kill()  # SIGKILL: no cleanup code runs, nobody releases the slots
     doomed.process.wait(timeout=5)
@@ -130,14 +139,17 @@ def test_killed_process_frees_its_slots(start_server: Callable[..., ServerProces
     for sock in sockets:
         sock.close()
     # Its four leases are still in Redis: frank is at the limit on the surviving process...
-    assert slow_result(mcp_server, "frank", 0.01)["structuredContent"]["code"] == "RATE_LIMITED"
+    assert slow_result(mcp_server, "frank", 0.01, call_tool_raw)["structuredContent"]["code"] == "RATE_LIMITED"
     # ...until the leases run out; then the slots are free again without anyone cleaning up.
     time.sleep(max(0.0, lease_s + 0.5 - (time.monotonic() - killed_at)))
-    assert slow_result(mcp_server, "frank", 0.01)["isError"] is False
+    assert slow_result(mcp_server, "frank", 0.01, call_tool_raw)["isError"] is False
 
 
 def test_a_context_revoked_through_one_process_is_refused_by_the_other_on_its_next_call(
-    mcp_server: ServerProcess, mcp_server_b: ServerProcess, e2e_project: E2EProject
+    mcp_server: ServerProcess,
+    mcp_server_b: ServerProcess,
+    e2e_project: E2EProject,
+    call_tool_raw: Callable[..., dict[str, Any]],
 ) -> None:
     """Issue 25: under load through both processes, a context revoked through process A (its REST API) is
     refused by process B on the next call after the revocation answered — no process keeps a stale view
@@ -146,7 +158,7 @@ def test_a_context_revoked_through_one_process_is_refused_by_the_other_on_its_ne
 
     import httpx2
 
-    from tests.mcp_app.conftest import PROJECT_SLUG
+    from tests.support.net1 import PROJECT_SLUG
 
     # Bound through process A's binding API (committed: the test's own transaction is not the servers').
     binder = {"Authorization": f"Bearer {token('erin', scopes='mcp.context.bind')}"}
