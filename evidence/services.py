@@ -185,7 +185,7 @@ RETURNING attempt
 
 
 # The save in ONE statement, one round trip, in its own (autocommit) transaction: the run check of
-# ``contexts.services.require_run_current`` with the run row read FOR SHARE (a supersession — an UPDATE of
+# ``contexts.run_checks.require_run_current`` with the run row read FOR SHARE (a supersession — an UPDATE of
 # that row — waits for this statement's commit, and one that committed first is seen: READ COMMITTED
 # re-checks a locked row's newest version), the receipt completed only while the run is current and this
 # claim's attempt still holds it, and the snapshot inserted only when the receipt was (its foreign key is

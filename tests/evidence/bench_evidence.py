@@ -42,7 +42,7 @@ from evidence.task_tools import get_task_evidence  # noqa: E402
 from mcp_app.resources import read_evidence_resource  # noqa: E402
 from queries.plan import run_sync  # noqa: E402
 from queries.registry import tools_by_name  # noqa: E402
-from tests.evidence.conftest import run_evidence_call  # noqa: E402
+from tests.evidence.factories import run_evidence_call  # noqa: E402
 
 ARGS = {"context_handle": "h" * 43, "element_type": "junction", "element_id": "JUNCTION-0"}
 

@@ -37,7 +37,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contexts import dev_issuer, errors
+from evidence import errors as evidence_errors
+from mcp_app import errors as mcp_errors
 from mcp_app.catalog import build_catalog
+from queries import errors as query_errors
 from queries.registry import all_tools
 from tests.resilience.load import LEAK_MARKERS
 from tests.support.mcp_http import rpc_headers
@@ -50,7 +53,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
 EXAMPLES = int(os.environ.get("RESILIENCE_FUZZ_EXAMPLES", "12"))
 PROJECT = "tianjin-demo"  # the demo utility: alice holds every permission there
 DOCUMENTED_CODES = frozenset(
-    cls.code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.ApplicationError)
+    cls.code
+    for module in (errors, query_errors, evidence_errors, mcp_errors)  # each app's errors (issue 18 §4)
+    for cls in vars(module).values()
+    if isinstance(cls, type) and issubclass(cls, errors.ApplicationError)
 )
 EDGE_STRINGS = [
     "\ud800",  # lone high surrogate
