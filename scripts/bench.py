@@ -56,7 +56,6 @@ sys.path.insert(0, str(ROOT))
 from scripts.investigation_walk import (  # noqa: E402  (the demo investigation: its run's lease is held by
     DEMO_EXECUTION_REQUEST,  # this session until 2099, and this execution request belongs to that run)
     DEMO_SESSION,
-    DEMO_TASK_QUERY,
     REQUEST_KEY,
 )
 from tests.support.idp import AGENT_CLIENT_ID, USERS, start_provider  # noqa: E402  (the tests' provider driver)
@@ -483,9 +482,18 @@ async def drive(
 
 
 def demo_task_run(issuer: str) -> tuple[int, int]:
-    """The demo task and its current run (read through the ORM, as scripts/investigation_walk.py does)."""
+    """The demo task and its current run, handed to the bench's own user (alice of the provider): an
+    investigation belongs to its run's owner (issue 17, ``contexts.access.owns_run``) and the bench binds as
+    alice, not as the seeded ``svc-worker``. In the bench's own database only (``tjwater_bench``)."""
     env = {**base_env(issuer, 8000), "TJWATER_MCP_ENABLED": "0"}
-    task_id, run_id = manage("shell", "--no-imports", "-c", DEMO_TASK_QUERY, env=env).splitlines()[-1].split()
+    code = (
+        "from contexts.models import Principal, TaskRun; "
+        "r = TaskRun.objects.get(task__project__slug='tianjin-demo', task__title__contains='LINK-1523', "
+        "superseded_at__isnull=True); "
+        f"owner = Principal.objects.get(issuer={issuer!r}, subject={USERS['alice'][0]!r}); "
+        "TaskRun.objects.filter(pk=r.pk).update(owner=owner); print(r.task_id, r.pk)"
+    )
+    task_id, run_id = manage("shell", "--no-imports", "-c", code, env=env).splitlines()[-1].split()
     return int(task_id), int(run_id)
 
 
