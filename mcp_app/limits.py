@@ -105,16 +105,19 @@ class ConcurrencyLimiter:
         """Take one slot — an idle one of this process for the same principal × project if there is one
         (``reuse``), else from Redis — or raise ``RateLimited`` at once if all are taken
         (``DataSourceUnavailable`` when Redis cannot be reached: fail closed)."""
-        slot = self.reuse(principal_id, project_id)
+        key = slot_key(principal_id, project_id)
+        slot = self._take_idle(key)
         if slot is not None:
             return slot
-        return await self._acquire_in_redis(slot_key(principal_id, project_id))
+        return await self._acquire_in_redis(key)
 
     def reuse(self, principal_id: int, project_id: int) -> HeldSlot | None:
         """A slot this process holds idle for the principal × project (a finished call's, at most
         ``RELEASE_DELAY_S`` ago), now live again; None when there is none. No Redis command: the slot
         stayed in the key's set the whole time, so the count other processes see never dropped."""
-        key = slot_key(principal_id, project_id)
+        return self._take_idle(slot_key(principal_id, project_id))
+
+    def _take_idle(self, key: str) -> HeldSlot | None:
         idle = self._idle.get(key)
         if not idle:
             return None

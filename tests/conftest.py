@@ -120,11 +120,10 @@ def _stop_module_servers() -> Iterator[None]:
     """Stop the servers this module started (its module fixtures are torn down before this one)."""
     before = len(_RUNNING)
     yield
-    mine = [(server, session) for server, session in _RUNNING[before:]]
-    for server, session in mine:
+    for server, session in _RUNNING[before:]:
         if not session:
             server.stop()
-    _RUNNING[before:] = [(server, session) for server, session in mine if session]
+    _RUNNING[before:] = [(server, session) for server, session in _RUNNING[before:] if session]
 
 
 @pytest.fixture(scope="session")
