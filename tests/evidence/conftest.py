@@ -14,9 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from contexts.scope import QueryScope
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.task_tools import DEMO_SAMPLE_SOURCE
-from tests.evidence.factories import EvidenceWorld, evidence_world
+from tests.evidence.factories import EvidenceWorld, Investigation, evidence_world
 
 
 @pytest.fixture(scope="module")
@@ -33,3 +34,15 @@ def clean_demo_evidence(world: EvidenceWorld) -> Iterator[None]:
     yield
     QueryReceipt.objects.filter(task=world.demo_task.task).delete()
     EvidenceSnapshot.objects.filter(task=world.demo_task.task).exclude(source=DEMO_SAMPLE_SOURCE).delete()
+
+
+@pytest.fixture(scope="module")
+def inv(world: EvidenceWorld) -> Investigation:
+    """A fresh investigation of the module's own (``world.investigation``)."""
+    return world.investigation()
+
+
+@pytest.fixture(scope="module")
+def executor(world: EvidenceWorld, inv: Investigation) -> QueryScope:
+    """The ``task_execution`` binding of the module's investigation."""
+    return world.bind("task_execution", investigation=inv)

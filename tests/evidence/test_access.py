@@ -20,7 +20,7 @@ from evidence.services import REQUEST_KEY_META
 from evidence.task_tools import get_task_evidence
 from queries.plan import run_sync
 from queries.registry import tool_spec
-from tests.evidence.factories import EvidenceWorld, Investigation, run_evidence_call
+from tests.evidence.factories import run_evidence_call
 
 HANDLE = "h" * 43
 
@@ -36,16 +36,6 @@ def save(scope: QueryScope, tool: str, required: list[str] | None = None) -> str
         required_permissions=required,
     )
     return str(result["evidence_id"])
-
-
-@pytest.fixture(scope="module")
-def inv(world: EvidenceWorld) -> Investigation:
-    return world.investigation()
-
-
-@pytest.fixture(scope="module")
-def executor(world: EvidenceWorld, inv: Investigation) -> QueryScope:
-    return world.bind("task_execution", investigation=inv)
 
 
 @pytest.fixture(scope="module")

@@ -63,16 +63,6 @@ def save(scope: QueryScope, doc: dict[str, Any], key: str | None = None) -> str:
 
 
 @pytest.fixture(scope="module")
-def inv(world: EvidenceWorld) -> Investigation:
-    return world.investigation()
-
-
-@pytest.fixture(scope="module")
-def executor(world: EvidenceWorld, inv: Investigation) -> QueryScope:
-    return world.bind("task_execution", investigation=inv)
-
-
-@pytest.fixture(scope="module")
 def saved(executor: QueryScope) -> str:
     return save(executor, document())
 

@@ -113,8 +113,9 @@ class IdentityProvider:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def client_credentials_token(self, *, resource: str | None = None, scope: str | None = None) -> str:
-        data = {"grant_type": "client_credentials"}
+    def _token(self, data: dict[str, str], *, resource: str | None, scope: str | None) -> str:
+        """POST ``data`` (with ``resource`` and ``scope`` when given) to the token endpoint as the agent
+        client; the access token."""
         if resource:
             data["resource"] = resource
         if scope:
@@ -122,6 +123,10 @@ class IdentityProvider:
         response = self._http.post(self.token_endpoint, data=data, auth=(AGENT_CLIENT_ID, AGENT_CLIENT_SECRET))
         response.raise_for_status()
         return str(response.json()["access_token"])
+
+    def client_credentials_token(self, *, resource: str | None = None, scope: str | None = None) -> str:
+        data = {"grant_type": "client_credentials"}
+        return self._token(data, resource=resource, scope=scope)
 
     def user_token(self, username: str, *, resource: str | None = None) -> str:
         """A user's access token for the host client, obtained through the real login form."""
@@ -167,13 +172,7 @@ class IdentityProvider:
             "subject_token_type": ACCESS_TOKEN_TYPE,
             "requested_token_type": ACCESS_TOKEN_TYPE,
         }
-        if resource:
-            data["resource"] = resource
-        if scope:
-            data["scope"] = scope
-        response = self._http.post(self.token_endpoint, data=data, auth=(AGENT_CLIENT_ID, AGENT_CLIENT_SECRET))
-        response.raise_for_status()
-        return str(response.json()["access_token"])
+        return self._token(data, resource=resource, scope=scope)
 
     def rotate(self, *, drop_old: bool) -> dict[str, object]:
         response = self._http.post(
