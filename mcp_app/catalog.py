@@ -16,7 +16,7 @@ from django.conf import settings
 from jsonschema import Draft202012Validator
 from referencing import Registry
 
-from mcp_app.schema_check import Check, fast_check
+from mcp_app.schema_check import Check, InputCheck, fast_check
 from queries.registry import ToolSpec, all_tools
 
 
@@ -25,6 +25,8 @@ class CatalogEntry:
     spec: ToolSpec
     tool: types.Tool
     validator: Draft202012Validator
+    #: ``is_valid`` with the fast predicate first (continuations of the inline cut are checked with it).
+    checker: InputCheck
     #: ``mcp_app.schema_check``'s compiled predicate (accepts only), None where jsonschema alone decides.
     fast_check: Check | None = None
     #: Whether the schema declares ``x-mcp-header`` parameters (``Mcp-Param-*`` headers to compare).
@@ -51,12 +53,14 @@ class Catalog:
             )
             # An empty Registry resolves only local refs ("#/$defs/…"); anything else is Unresolvable.
             validator = Draft202012Validator(spec.input_schema, registry=Registry())
+            fast = fast_check(spec.input_schema)
             self.entries[spec.name] = CatalogEntry(
                 spec=spec,
                 tool=tool,
                 validator=validator,
-                fast_check=fast_check(spec.input_schema),
+                fast_check=fast,
                 has_header_params=declares_header_params(spec.input_schema),
+                checker=InputCheck(validator, fast),
             )
         self.tools: list[types.Tool] = [entry.tool for entry in self.entries.values()]
 

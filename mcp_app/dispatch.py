@@ -216,7 +216,7 @@ class Dispatcher:
                 dumped,
                 args,
                 max_bytes,
-                entry.validator,
+                entry.checker,
                 item_parts=entry.spec.item_parts,
                 series_start=entry.spec.series_start,
                 page_holder=entry.spec.page_holder,

@@ -175,7 +175,7 @@ def _cut_items(structured: dict[str, Any], max_bytes: int) -> dict[str, Any] | N
     reply = {**structured, "data": {**data}}
     if isinstance(structured.get("page"), dict):
         reply["page"] = {**structured["page"]}
-    kept = inline.cut_items(reply, max_bytes, lambda n: _continue(evidence_id, n, len(items) - n))
+    kept = inline.cut_items(reply, max_bytes, lambda n: _continue(evidence_id, n, len(items) - n), pure=True)
     return reply if kept else None
 
 

@@ -14,15 +14,23 @@ before unit presentation (``queries.units.present`` scales some numbers afterwar
 number's text shorter, so a page stopped early might, presented, fit after all: the edge checks that
 (``InlineBudget.stopped``) and then runs the call again without a budget — never returns a short page
 as if it were whole.
+
+Nor are the rows that cannot fit fetched (issue 25 "only the rows that fit need fetching"): a page's
+items each write at least some bytes — their keys, and one byte per value (``least_json_bytes``) — so at
+most ``max_bytes // least`` of them fit, and ``rows_to_fetch`` asks SQL for one more than that (``LIMIT``),
+never for the 500 rows or 10000 points of a maximal page. Reading that many rows back means the page is
+cut at the edge (the rows read exceed the budget by construction), so ``stopped`` is set; reading fewer
+means the collection ended there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pydantic_core
+from pydantic import BaseModel
 
 Row = TypeVar("Row")
 Item = TypeVar("Item")
@@ -48,6 +56,45 @@ class InlineBudget:
 
 
 _BUDGET: ContextVar[InlineBudget | None] = ContextVar("tjwater_inline_budget", default=None)
+
+
+def least_json_bytes(skeleton: Any) -> int:
+    """A lower bound of the compact JSON size of every item shaped like ``skeleton`` — an object with the
+    item's keys (nested objects with theirs) whatever its values: every value that is not an object is
+    counted as the one byte no JSON value is shorter than. Valid only for items that always carry the
+    same keys (a model dumped whole, a dict built from a fixed list of names)."""
+    return len(pydantic_core.to_json(_zeroed(skeleton)))
+
+
+def _zeroed(value: Any) -> Any:
+    return {k: _zeroed(v) for k, v in value.items()} if isinstance(value, dict) else 0
+
+
+def model_skeleton(model: type[BaseModel], **nested: Any) -> dict[str, Any]:
+    """The skeleton of ``model``'s dump for ``least_json_bytes``: its fields, ``nested`` giving the
+    skeleton of a field whose value is an object with known keys."""
+    return {name: nested.get(name, 0) for name in model.model_fields}
+
+
+def rows_to_fetch(limit: int, least_item_bytes: int) -> int:
+    """How many rows a page of ``limit`` items needs read: ``limit`` — under an ``InlineBudget``, at most
+    one more than the most items of at least ``least_item_bytes`` each that can fit the budget."""
+    budget = _BUDGET.get()
+    if budget is None or budget.max_bytes is None:
+        return limit
+    return min(limit, budget.max_bytes // max(1, least_item_bytes) + 1)
+
+
+def read_all_fetched(fetched: int, cap: int, limit: int) -> bool:
+    """After reading a page with ``LIMIT cap`` (``rows_to_fetch``) instead of ``limit``: True when the
+    collection ended inside it (fewer rows than ``cap``). Otherwise the page goes on beyond what was read
+    and cannot fit: ``stopped`` is set (the edge cuts it, or builds it whole should it fit after all)."""
+    if cap >= limit or fetched < cap:
+        return True
+    budget = _BUDGET.get()
+    if budget is not None:
+        budget.stopped = True
+    return False
 
 
 def fitting(rows: Sequence[Row], build: Callable[[Row], Item]) -> list[Item]:

@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import QuerySet
 
+from queries.fitting import read_all_fetched, rows_to_fetch
 from queries.plan import Statement, count_of
 from queries.schemas.common import PageRequest
 
@@ -49,10 +50,21 @@ def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Genera
 
 
 def page_rows(
-    rows: QuerySet[Any], page: PageRequest, total: int | None
+    rows: QuerySet[Any], page: PageRequest, total: int | None, least_item_bytes: int | None = None
 ) -> Generator[Statement, Any, tuple[list[Any], bool]]:
     """The page of ``rows`` (ordered, ``.values()``) and an exact ``has_more``: from ``total`` when known,
-    else from one row read beyond the page."""
+    else from one row read beyond the page. With ``least_item_bytes`` (the fewest bytes one item of the
+    page writes, ``queries.fitting.least_json_bytes``) and under the MCP edge's inline budget, no more rows
+    are read than can fit (``queries.fitting.rows_to_fetch``); when the page goes on beyond them,
+    ``has_more`` is true (the edge cuts the page there)."""
+    if least_item_bytes is not None:
+        cap = rows_to_fetch(page.limit, least_item_bytes)
+        if cap < page.limit:
+            fetched = yield rows[page.offset : page.offset + cap]
+            items = list(fetched)
+            if not read_all_fetched(len(items), cap, page.limit):
+                return items, True
+            return items, (page.offset + len(items) < total if total is not None else False)
     extra = 0 if total is not None else 1
     fetched = yield rows[page.offset : page.offset + page.limit + extra]
     items = list(fetched[: page.limit])
@@ -61,10 +73,10 @@ def page_rows(
 
 
 def paged(
-    counted: QuerySet[Any], rows: QuerySet[Any], page: PageRequest
+    counted: QuerySet[Any], rows: QuerySet[Any], page: PageRequest, least_item_bytes: int | None = None
 ) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
     """``(total, items, has_more)`` of one page: the capped total of ``counted`` (read in the order of
-    ``rows``), then the page of ``rows`` (two statements)."""
+    ``rows``), then the page of ``rows`` (two statements; ``least_item_bytes``: see ``page_rows``)."""
     total = yield from capped_total(counted, rows.query.order_by)
-    items, has_more = yield from page_rows(rows, page, total)
+    items, has_more = yield from page_rows(rows, page, total, least_item_bytes)
     return total, items, has_more

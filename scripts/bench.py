@@ -35,7 +35,9 @@ import asyncio
 import json
 import os
 import platform
+import re
 import secrets
+import signal
 import statistics
 import subprocess
 import sys
@@ -47,6 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx2
 import psycopg
 
@@ -445,22 +448,27 @@ async def drive(
     meta: Callable[[], dict[str, Any]] | None = None,
     check: Callable[[dict[str, Any]], str | None] | None = None,
 ) -> Measured:
+    """``requests`` calls of ``tool`` from ``concurrency`` keep-alive connections (aiohttp, as the
+    perf-anchors load generator: far less client time per call than httpx2), each reply checked."""
     measured = Measured()
     counter = iter(range(requests))
-    limits = httpx2.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx2.AsyncClient(timeout=60, limits=limits) as client:
+    call_headers = headers(token, tool)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
 
         async def worker() -> None:
             for i in counter:
-                started = time.perf_counter()
                 body = rpc(tool, args, i + 1, meta() if meta else None)
-                response = await client.post(url, content=body, headers=headers(token, tool))
+                started = time.perf_counter()
+                async with client.post(url, data=body, headers=call_headers) as response:
+                    raw = await response.read()
+                    status = response.status
                 elapsed = (time.perf_counter() - started) * 1000
                 outcome = "ok"
-                if response.status_code != 200:
-                    outcome = f"http_{response.status_code}"
+                if status != 200:
+                    outcome = f"http_{status}"
                 else:
-                    reply = reply_of(response.text)
+                    reply = reply_of(raw.decode())
                     result = reply.get("result")
                     if result is None:
                         outcome = f"rpc_{reply.get('error', {}).get('code')}"
@@ -469,7 +477,7 @@ async def drive(
                     elif check is not None and (problem := check(result)):
                         outcome = problem
                     else:
-                        measured.bytes_out = len(response.content)
+                        measured.bytes_out = len(raw)
                 if outcome == "ok":
                     measured.latencies_ms.append(elapsed)
                 else:
@@ -479,6 +487,28 @@ async def drive(
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         measured.wall_s = time.perf_counter() - started
     return measured
+
+
+class Profile:
+    """``py-spy record --gil`` of the server while a scenario's c=1 phase runs (``--profile``): raw
+    collapsed stacks in ``var/bench/profiles/<scenario>.txt`` (the sampling costs the server CPU: a
+    profiled run's timings are not the table's)."""
+
+    def __init__(self, pid: int, name: str, enabled: bool) -> None:
+        self.process: subprocess.Popen[bytes] | None = None
+        if not enabled:
+            return
+        out = OUT / "profiles" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") + ".txt")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        py_spy = Path(sys.executable).parent / "py-spy"
+        command = [str(py_spy), "record", "-p", str(pid), "-r", "500", "--gil", "-f", "raw", "-o", str(out)]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # attached before the phase starts
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            self.process.wait(timeout=60)
 
 
 def demo_task_run(issuer: str) -> tuple[int, int]:
@@ -649,6 +679,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--cancel-runs", type=int, default=20)
     parser.add_argument("--only", default="", help="comma-separated scenario name prefixes")
+    parser.add_argument("--profile", action="store_true", help="py-spy each scenario's c=1 phase (var/bench/profiles)")
     options = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     os.sched_setaffinity(0, {1})  # the load generator on CPU 1, the server on CPU 0
@@ -703,10 +734,12 @@ def main() -> int:
                 args = {k: saved_evidence if v == SAVED_EVIDENCE else v for k, v in args.items()}
             run = {"meta": scenario.meta, "check": scenario.check}
             asyncio.run(drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.warmup, **run))
+            profile = Profile(server.pid, scenario.name, options.profile)
             ticks = cpu_ticks(server.pid)
             one = asyncio.run(
                 drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.requests, **run)
             )
+            profile.stop()
             cpu_ms = (cpu_ticks(server.pid) - ticks) / os.sysconf("SC_CLK_TCK") * 1000 / max(1, options.requests)
             eight = asyncio.run(
                 drive(url, call_token, scenario.tool, args, concurrency=8, requests=options.requests, **run)

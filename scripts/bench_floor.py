@@ -100,9 +100,11 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
     from jsonschema import Draft202012Validator
     from referencing import Registry
 
+    from evidence.services import saves_evidence
     from mcp_app.executor import Execution, run_plan
-    from mcp_app.inline import fit_inline
+    from mcp_app.inline import fit_inline, json_size
     from mcp_app.pool import QueryDatabase
+    from queries.fitting import InlineBudget
     from queries.registry import all_tools
 
     spec = {t.name: t for t in all_tools()}[tool]
@@ -119,12 +121,19 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
             await db.close()
         return result, recorder.compiled
 
-    result, compiled = asyncio.run(run())
+    max_bytes = settings.TJWATER_MCP_INLINE_MAX_BYTES
+    # Under the inline budget the dispatcher gives a plain call (``queries.fitting``): the statements read
+    # only the rows that can fit, as the call's do. A call that saves evidence saves its whole result.
+    plain = not (spec.item_parts or saves_evidence(scope, spec))
+    with InlineBudget(max_bytes if plain else None) as budget:
+        result, compiled = asyncio.run(run())
+    if budget.stopped and json_size(result.model_dump(mode="json")) <= max_bytes:
+        result, compiled = asyncio.run(run())  # built whole, as the dispatcher then does
     validator = Draft202012Validator(spec.input_schema, registry=Registry())
     structured = fit_inline(
         result.model_dump(mode="json"),
         arguments,
-        settings.TJWATER_MCP_INLINE_MAX_BYTES,
+        max_bytes,
         validator,
         item_parts=spec.item_parts,
         series_start=spec.series_start,

@@ -24,6 +24,7 @@ from django.db.models import Count, Max, Min, QuerySet
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.fitting import least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
 from queries.paging import paged
 from queries.plan import Plan, service
@@ -43,6 +44,8 @@ from queries.services.scada import check_targets, time_window
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_QUALITY, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "model_baseline"
+#: The fewest bytes one item of a field page writes (``queries.fitting``).
+_LEAST_FIELD_VALUE_BYTES = least_json_bytes(model_skeleton(BaselineFieldValue))
 MAX_POINTS = 10000
 NODE_FIELDS: tuple[str, ...] = ("pressure", "head", "demand", "quality")
 LINK_FIELDS: tuple[str, ...] = ("flow", "velocity", "headloss", "status", "setting")
@@ -301,7 +304,7 @@ def query_model_baseline_field(
     instant = _instant(instants, asked, f"{element_type} elements")["time"]
     at = base.filter(time=instant)
     ordered = at.order_by("element_id").values_list("element_id", field)
-    total, rows, has_more = yield from paged(at, ordered, page)
+    total, rows, has_more = yield from paged(at, ordered, page, _LEAST_FIELD_VALUE_BYTES)
     items = [BaselineFieldValue(element_id=e, value=v) for e, v in rows]
     data = BaselineFieldPage(
         items=items,

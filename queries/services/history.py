@@ -34,11 +34,12 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
-from django.db.models import CharField, F, FloatField, IntegerField, Q, QuerySet, Value
-from django.db.models.functions import Cast, Collate
+from django.db.models import CharField, F, IntegerField, Q, QuerySet, Value
+from django.db.models.functions import Cast
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
+from queries.fitting import least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
 from queries.models import (
     ELEMENT_MODELS,
     NODE_TYPES,
@@ -50,7 +51,7 @@ from queries.models import (
     ScadaDevice,
     ScadaReading,
 )
-from queries.plan import Plan, service
+from queries.plan import Plan, Raw, service
 from queries.scada_units import STORAGE_UNITS
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
@@ -60,6 +61,7 @@ SOURCE = "element_history"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
 MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
 MAX_DEVICES = 100  # devices on the requested elements (a handful each at most, in practice)
+_LEAST_POINT_BYTES = least_json_bytes(model_skeleton(HistoryPoint))  # one point's fewest bytes (queries.fitting)
 DEFAULT_POINTS = 50
 MAX_POINTS = 500
 MODES = ("observed", "realtime_comparison", "analysis_comparison")
@@ -92,47 +94,68 @@ def _pairs(keys: Sequence[ElementKey]) -> Q:
     return reduce(or_, (Q(element_type=t, element_id__in=ids) for t, ids in by_type.items()))
 
 
-def _scada_branch(
-    scope: QueryScope, device_pks: Sequence[int], start: datetime, end: datetime, rank: int
-) -> QuerySet[Any]:
-    value = "monitored_value" if rank == RAW else "cleaned_value"
+NODE_KINDS = ("junction", "reservoir", "tank")
+LINK_KINDS = ("pipe", "pump", "valve")
+
+
+def _page_sql(node_table: str, link_table: str, owner: str) -> str:
+    """The page of the union as one statement written out (``Raw``): the SCADA branches (measured, cleaned)
+    and the model branches (nodes' pressure, links' flow) with the columns of ``COLUMNS`` and the global
+    order of the module docstring. Built and compiled as an ORM UNION ALL queryset (uncacheable: typed
+    literals, collations), that statement was ≈ 35 % of a call's CPU (``py-spy``, ``mcp_app/README.md``
+    "Measuring"). Every branch is always there; one with nothing to read gets
+    empty arrays (the devices, or the ids of each element type). The model rows are those of ``owner``
+    (``project_id`` for the baseline, ``run_id`` for a run's series); table names are the models' own."""
+    reading = ScadaReading._meta.db_table
+    device = ScadaDevice._meta.db_table
+    scada = """
+    SELECT 0 AS h_part, d.device_id COLLATE "C" AS h_key, {rank} AS h_rank, d.element_type COLLATE "C" AS h_type,
+           d.element_id COLLATE "C" AS h_id, x.time AS h_time, x.{value} AS h_value, x.quality::varchar(16) AS h_quality
+    FROM {reading} x JOIN {device} d ON d.id = x.device_id
+    WHERE x.device_id = ANY(%s::bigint[]) AND d.project_id = %s AND x.time >= %s AND x.time < %s"""
+    model = """
+    SELECT 1, ''::varchar COLLATE "C", 2, b.element_type COLLATE "C", b.element_id COLLATE "C", b.time,
+           b.{field}::double precision, NULL::varchar(16)
+    FROM {table} b
+    WHERE b.{owner} = %s AND b.time >= %s AND b.time < %s AND ({pairs})"""
+    pairs = " OR ".join("(b.element_type = '{}' AND b.element_id = ANY(%s::text[]))" for _ in range(3))
+    branches = [
+        scada.format(rank=RAW, value="monitored_value", reading=reading, device=device),
+        scada.format(rank=CLEANED, value="cleaned_value", reading=reading, device=device),
+        model.format(field="pressure", table=node_table, owner=owner, pairs=pairs.format(*NODE_KINDS)),
+        model.format(field="flow", table=link_table, owner=owner, pairs=pairs.format(*LINK_KINDS)),
+    ]
     return (
-        ScadaReading.objects.filter(
-            device_id__in=device_pks, device__project_id=scope.project_id, time__gte=start, time__lt=end
-        )
-        .annotate(
-            h_part=_int(0),
-            h_key=Collate(F("device__device_id"), C),
-            h_rank=_int(rank),
-            h_type=Collate(F("device__element_type"), C),
-            h_id=Collate(F("device__element_id"), C),
-            h_time=F("time"),
-            h_value=F(value),
-            h_quality=Cast(F("quality"), output_field=CharField(max_length=16)),
-        )
-        .order_by()
-        .values(*COLUMNS)
+        "SELECT * FROM (" + "\n    UNION ALL".join(branches) + "\n) h\n"
+        "ORDER BY h_part, h_key, h_rank, h_type, h_id, h_time LIMIT %s OFFSET %s"
     )
 
 
-def _model_branch(base: QuerySet[Any], keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
-    field = _model_field(keys[0].element_type)
-    branch: QuerySet[Any] = (
-        base.filter(_pairs(keys), time__gte=start, time__lt=end)
-        .annotate(
-            h_part=_int(1),
-            h_key=Collate(Cast(Value(""), output_field=CharField()), C),
-            h_rank=_int(MODEL),
-            h_type=Collate(F("element_type"), C),
-            h_id=Collate(F("element_id"), C),
-            h_time=F("time"),
-            h_value=Cast(F(field), output_field=FloatField()),
-            h_quality=Cast(Value(None), output_field=CharField(max_length=16)),  # typed NULL: no SCADA flag
-        )
-        .order_by()
-        .values(*COLUMNS)
-    )
-    return branch
+_PAGE_SQL = {
+    "baseline": _page_sql(NodeBaseline._meta.db_table, LinkBaseline._meta.db_table, "project_id"),
+    "run": _page_sql(AnalysisNodeSeries._meta.db_table, AnalysisLinkSeries._meta.db_table, "run_id"),
+}
+
+
+def _page(
+    scope: QueryScope,
+    device_pks: Sequence[int],
+    elements: Sequence[ElementKey],
+    start: datetime,
+    end: datetime,
+    run_pk: int | None,
+    limit: int,
+    offset: int,
+) -> Raw:
+    """``limit`` rows of the union from ``offset``: the devices' measured and cleaned series, and the model
+    series of ``elements`` — the baseline of the project, or (``run_pk``) the run's (none: ``[]``)."""
+    ids = {kind: [k.element_id for k in elements if k.element_type == kind] for kind in NODE_KINDS + LINK_KINDS}
+    window = [start, end]
+    owner = run_pk if run_pk is not None else scope.project_id
+    params: list[Any] = [list(device_pks), scope.project_id, *window] * 2
+    params += [owner, *window, *(ids[k] for k in NODE_KINDS)]
+    params += [owner, *window, *(ids[k] for k in LINK_KINDS)]
+    return Raw(_PAGE_SQL["run" if run_pk is not None else "baseline"], [*params, limit, offset], COLUMNS)
 
 
 def _validate(
@@ -319,36 +342,26 @@ def query_element_history(
     if len(devices) > MAX_DEVICES:
         raise LimitExceeded(f"More than {MAX_DEVICES} devices on these elements; name fewer elements.")
 
-    branches: list[QuerySet[Any]] = []
     pks = [d["pk"] for d in devices]
-    if pks:
-        branches += [_scada_branch(scope, pks, start, end, RAW), _scada_branch(scope, pks, start, end, CLEANED)]
-    if mode != "observed":
-        nodes = [k for k in elements if k.element_type in NODE_TYPES]
-        links = [k for k in elements if k.element_type not in NODE_TYPES]
-        if mode == "realtime_comparison":
-            node_base: QuerySet[Any] = NodeBaseline.objects.filter(project_id=scope.project_id)
-            link_base: QuerySet[Any] = LinkBaseline.objects.filter(project_id=scope.project_id)
-        else:
-            assert run is not None
-            node_base = AnalysisNodeSeries.objects.filter(run_id=run["pk"])
-            link_base = AnalysisLinkSeries.objects.filter(run_id=run["pk"])
-        if nodes:
-            branches.append(_model_branch(node_base, nodes, start, end))
-        if links:
-            branches.append(_model_branch(link_base, links, start, end))
+    modelled = [] if mode == "observed" else list(elements)
+    run_pk = run["pk"] if run is not None else None
 
     coverage: list[dict[str, Any]] = []
     if mode == "realtime_comparison":
         coverage = yield _baseline_coverage(scope, elements, start, end)
 
     rows: list[dict[str, Any]] = []
-    if branches:
-        first, *rest = branches
-        union = first.union(*rest, all=True) if rest else first
-        rows = yield union.order_by(*ORDER)[page.offset : page.offset + page.limit + 1]
-    has_more = len(rows) > page.limit
-    rows = rows[: page.limit]
+    has_more = False
+    if pks or modelled:
+        # Under the MCP edge's inline budget only the points that can fit are read (``queries.fitting``).
+        cap = rows_to_fetch(page.limit, _LEAST_POINT_BYTES)
+        if cap < page.limit:
+            rows = yield _page(scope, pks, modelled, start, end, run_pk, cap, page.offset)
+            has_more = not read_all_fetched(len(rows), cap, page.limit)
+        else:
+            rows = yield _page(scope, pks, modelled, start, end, run_pk, page.limit + 1, page.offset)
+            has_more = len(rows) > page.limit
+            rows = rows[: page.limit]
 
     by_device = {d["device_id"]: d for d in devices}
     model_origin = "model_baseline" if mode == "realtime_comparison" else "analysis_run"

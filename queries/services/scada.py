@@ -21,6 +21,7 @@ from pydantic import TypeAdapter
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
+from queries.fitting import least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
 from queries.models import ScadaDevice, ScadaReading
 from queries.paging import paged
 from queries.plan import Plan, Raw, count_of, service
@@ -218,6 +219,8 @@ ORDER BY d.device_id, x.time LIMIT %s OFFSET %s
 
 _POINTS_SQL = {field: _points_sql(field) for field in READING_FIELDS}
 _POINTS = TypeAdapter(list[ScadaReadingPoint])
+#: The fewest bytes one point writes (``queries.fitting``).
+_LEAST_POINT_BYTES = least_json_bytes(model_skeleton(ScadaReadingPoint))
 
 
 @service
@@ -302,11 +305,15 @@ def query_scada_readings(
             "shorter window."
         )
     pks = [pk for _, _, pk in devices]
+    # Under the MCP edge's inline budget only the points that can fit are read (``queries.fitting``): a
+    # few hundred of a maximal window's thousands; the total above stays exact.
+    cap = rows_to_fetch(page.limit, _LEAST_POINT_BYTES)
     points = yield Raw(
         _POINTS_SQL[field],
-        [pks, pks, scope.project_id, window.start, covered_end, page.limit, page.offset],
+        [pks, pks, scope.project_id, window.start, covered_end, cap, page.offset],
         ("device_id", "time", "value", "quality"),
     )
+    read_all_fetched(len(points), cap, page.limit)
     items = _POINTS.validate_python(points)
     check_series_bytes(items)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     data = ScadaReadingPage(

@@ -355,3 +355,20 @@ def test_a_report_section_page_is_cut_like_any_page() -> None:
     assert 0 < kept < 20 and reply["data"]["page"]["items"] == elements[:kept]
     assert reply["data"]["page"]["has_more"] is True and reply["truncated"] is True
     assert reply["continue_with"] == {**args, "offset": 20 + kept, "limit": kept}
+
+
+def test_a_prefix_sized_from_its_items_is_the_size_of_the_reply() -> None:
+    """``cut_prefix(pure=True)`` sizes a list's prefixes from each item's size measured once: exactly what
+    serialising the reply gives, for every prefix and continuation (non-ASCII text and nesting included)."""
+    from mcp_app.inline import _list_sizes
+
+    items: list[Any] = [{"id": f"J-{i}", "name": "水厂" * (i % 3), "v": i / 7, "n": None} for i in range(12)]
+    items += [[1, 2, {"x": "é"}], "text", 3.5, None]
+    for holder_key in ("items", "points"):
+        reply: dict[str, Any] = {"data": {holder_key: list(items), "offset": 0}, "truncated": False}
+        size = _list_sizes(reply, reply["data"], holder_key, items)
+        for n in range(len(items) + 1):
+            for continuation in (None, {"offset": n, "limit": n or 1}, {"start": "2026-11-01T00:00:00Z"}):
+                reply["data"][holder_key] = items[:n]
+                reply["continue_with"] = continuation
+                assert size(n, continuation) == json_size(reply)

@@ -90,6 +90,14 @@ def arguments_for(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
 def test_compiled_check_agrees_with_jsonschema(entry: Any, data: st.DataObject) -> None:
     arguments = data.draw(arguments_for(entry.spec.input_schema))
     assert entry.fast_check(arguments) == entry.validator.is_valid(arguments), arguments
+    # The catalog's ``checker`` (the inline cut's continuation check: the predicate first) decides alike.
+    assert entry.checker.is_valid(arguments) == entry.validator.is_valid(arguments), arguments
+
+
+@pytest.mark.parametrize("entry", list(CATALOG.entries.values()), ids=list(CATALOG.entries))
+def test_the_checker_decides_as_jsonschema_where_nothing_compiled(entry: Any) -> None:
+    for arguments in ({}, {"context_handle": "h" * 43}, {"context_handle": 1}, {"unknown": True}):
+        assert entry.checker.is_valid(arguments) == entry.validator.is_valid(arguments), arguments
 
 
 def test_the_hot_tools_compile() -> None:

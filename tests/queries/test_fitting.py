@@ -6,22 +6,31 @@ built)."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
 import pytest
 import wntr
+from django.contrib.gis.geos import Point
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from contexts.models import Project
+from contexts.scope import QueryScope
 from mcp_app.inline import fit_inline
-from queries.fitting import InlineBudget, fitting
+from queries.fitting import InlineBudget, fitting, least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
 from queries.importer.epanet import import_network
+from queries.models import ScadaDevice, ScadaReading
 from queries.plan import run_sync
 from queries.registry import tool_spec
+from queries.schemas.scada import ScadaReadingPoint
 from tests.queries.factories import service_scope
 
 NET3 = Path(wntr.__file__).parent / "library" / "networks" / "Net3.inp"
 MAX_BYTES = 12_000
+DAY0 = datetime(2026, 11, 1, tzinfo=UTC)
 
 
 def test_without_a_budget_every_item_is_built() -> None:
@@ -91,3 +100,92 @@ def test_a_page_built_under_the_budget_is_cut_exactly_like_the_whole_page(
     assert len(cut_whole["data"]["items"]) < built_items < whole_items
     assert cut_whole["truncated"] is True and cut_whole["continue_with"]["offset"] > 0
     assert _without_time(cut_built) == _without_time(cut_whole)
+
+
+def test_rows_to_fetch_reads_one_more_than_can_fit() -> None:
+    assert rows_to_fetch(500, 100) == 500  # no budget: the whole page
+    with InlineBudget(1000) as budget:
+        assert rows_to_fetch(500, 100) == 11  # at most 10 items of ≥ 100 bytes fit in 1000
+        assert rows_to_fetch(5, 100) == 5  # a page smaller than that: all of it
+        assert read_all_fetched(7, 11, 500)  # the collection ended inside what was read
+        assert not budget.stopped
+        assert not read_all_fetched(11, 11, 500)  # it goes on: the page cannot fit whole
+        assert budget.stopped
+    with InlineBudget(None):
+        assert rows_to_fetch(500, 100) == 500
+
+
+def test_the_least_bytes_of_an_item_bound_every_item() -> None:
+    assert least_json_bytes({"a": "long text", "b": {"c": [1, 2, 3]}}) == len('{"a":0,"b":{"c":0}}')
+    assert least_json_bytes(model_skeleton(ScadaReadingPoint)) == len('{"device_id":0,"time":0,"value":0,"quality":0}')
+    short = ScadaReadingPoint(device_id="", time=datetime(2026, 1, 1, tzinfo=UTC), value=None, quality="good")
+    assert len(pydantic_core.to_json(short)) >= least_json_bytes(model_skeleton(ScadaReadingPoint))
+
+
+def _dense_scada(points_per_device: int) -> QueryScope:
+    project = Project.objects.create(slug="fitting-scada", name="Fitting SCADA")
+    devices = ScadaDevice.objects.bulk_create(
+        ScadaDevice(
+            project=project,
+            device_id=f"D-{i}",
+            name=f"d{i}",
+            quantity="pressure",
+            unit="m",
+            element_type="junction",
+            element_id=f"J-{i}",
+            location=Point(117.0, 39.0, srid=4326),
+            sample_interval_s=60,
+        )
+        for i in range(2)
+    )
+    ScadaReading.objects.bulk_create(
+        ScadaReading(
+            device=device,
+            time=DAY0 + timedelta(minutes=m),
+            monitored_value=None if m % 97 == 5 else 30.0 + m / 1000,
+            cleaned_value=None if m % 97 == 5 else 30.0,
+            quality="gap" if m % 97 == 5 else "good",
+        )
+        for device in devices
+        for m in range(points_per_device)
+    )
+    return service_scope(project, {"scada.view"})
+
+
+def _limits(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"].rsplit("LIMIT", 1)[1].split()[0] for q in captured.captured_queries if "LIMIT" in q["sql"]]
+
+
+@pytest.mark.django_db
+def test_a_series_reads_only_the_points_that_can_fit() -> None:
+    """A window of 1200 points reads ≈ 260 of them under the budget, and the reply the edge makes of them
+    is the reply it makes of all 1200 — the continuation included; the exact total stays."""
+    scope = _dense_scada(600)
+    spec = tool_spec("query_scada_readings")
+    args = {
+        "device_ids": ["D-0", "D-1"],
+        "start": "2026-11-01T00:00:00Z",
+        "end": "2026-11-01T12:00:00Z",
+        "field": "monitored_value",
+    }
+    whole = run_sync(spec.invoke(scope, dict(args))).model_dump(mode="json")
+    with CaptureQueriesContext(connection) as captured, InlineBudget(MAX_BYTES) as budget:
+        built = run_sync(spec.invoke(scope, dict(args))).model_dump(mode="json")
+    cap = MAX_BYTES // least_json_bytes(model_skeleton(ScadaReadingPoint)) + 1
+    assert budget.stopped and len(whole["data"]["items"]) == 1200 and len(built["data"]["items"]) == cap
+    assert built["data"]["total"] == 1200 and built["data"]["has_more"] is True
+    assert str(cap) in _limits(captured)  # the points statement asked SQL for no more
+    cut_whole = fit_inline(whole, args, MAX_BYTES, page_holder=spec.page_holder)
+    cut_built = fit_inline(built, args, MAX_BYTES, page_holder=spec.page_holder)
+    assert cut_whole["truncated"] is True and cut_whole["continue_with"]["offset"] > 0
+    assert _without_time(cut_built) == _without_time(cut_whole)
+
+
+@pytest.mark.django_db
+def test_a_series_that_ends_inside_the_rows_read_is_whole() -> None:
+    scope = _dense_scada(60)  # 120 points: fewer than the rows that could fit
+    args = {"device_ids": ["D-0", "D-1"], "start": "2026-11-01T00:00:00Z", "end": "2026-11-01T12:00:00Z"}
+    with InlineBudget(MAX_BYTES) as budget:
+        built = run_sync(tool_spec("query_scada_readings").invoke(scope, {**args, "field": "monitored_value"}))
+    assert not budget.stopped
+    assert (len(built.data.items), built.data.total, built.data.has_more) == (120, 120, False)

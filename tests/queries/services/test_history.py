@@ -302,7 +302,7 @@ def test_pinned_query_counts_and_one_union_statement(django_assert_num_queries) 
         history.query_element_history(scope=scope, elements=elements, mode="realtime_comparison", **window)
     assert len(captured.captured_queries) == 4  # elements, devices, the model coverage, the page
     page_sql = captured.captured_queries[-1]["sql"]
-    assert page_sql.count("UNION ALL") == 3 and page_sql.endswith("LIMIT 51")  # one extra row for has_more
+    assert page_sql.count("UNION ALL") == 3 and page_sql.endswith("LIMIT 51 OFFSET 0")  # one row more: has_more
     with django_assert_num_queries(4):
         history.query_element_history(
             scope=scope, elements=elements, mode="analysis_comparison", run_id=BURST, **window
