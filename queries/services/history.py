@@ -34,8 +34,7 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
-from django.db.models import CharField, F, IntegerField, Q, QuerySet, Value
-from django.db.models.functions import Cast
+from django.db.models import Q
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
@@ -76,12 +75,6 @@ ORDER = COLUMNS[:6]
 RAW, CLEANED, MODEL = 0, 1, 2
 
 
-def _int(value: int) -> Cast:
-    """A typed integer literal: the MCP executor binds parameters server-side, where an untyped
-    parameter in a UNION select list cannot be resolved."""
-    return Cast(Value(value), output_field=IntegerField())
-
-
 def _model_field(element_type: str) -> str:
     return "pressure" if element_type in NODE_TYPES else "flow"
 
@@ -94,8 +87,8 @@ def _pairs(keys: Sequence[ElementKey]) -> Q:
     return reduce(or_, (Q(element_type=t, element_id__in=ids) for t, ids in by_type.items()))
 
 
-NODE_KINDS = ("junction", "reservoir", "tank")
-LINK_KINDS = ("pipe", "pump", "valve")
+NODE_KINDS = tuple(t for t in ELEMENT_MODELS if t in NODE_TYPES)  # junction, reservoir, tank
+LINK_KINDS = tuple(t for t in ELEMENT_MODELS if t not in NODE_TYPES)  # pipe, pump, valve
 
 
 def _page_sql(node_table: str, link_table: str, owner: str) -> str:
@@ -182,44 +175,59 @@ def _validate(
         raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
 
 
-def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> QuerySet[Any]:
-    """The requested elements that exist in the project: one statement (a UNION ALL over their types)."""
-    by_type: dict[str, list[str]] = {}
-    for k in elements:
-        by_type.setdefault(k.element_type, []).append(k.element_id)
-    parts = [
-        ELEMENT_MODELS[t]
-        .objects.filter(project_id=scope.project_id, element_id__in=ids)
-        .annotate(e_type=Cast(Value(t), output_field=CharField()), e_id=F("element_id"))
-        .order_by()
-        .values_list("e_type", "e_id")
-        for t, ids in by_type.items()
+def _existing_sql() -> str:
+    """The requested elements that exist in the project, ``(e_type, e_id)``: one branch per element type,
+    each an index probe of its table (a type not asked for gets an empty array)."""
+    branches = [
+        f"SELECT '{kind}'::varchar AS e_type, element_id AS e_id FROM {ELEMENT_MODELS[kind]._meta.db_table} "
+        "WHERE project_id = %s AND element_id = ANY(%s::text[])"
+        for kind in NODE_KINDS + LINK_KINDS
     ]
-    first, *rest = parts
-    found: QuerySet[Any] = (first.union(*rest, all=True) if rest else first)[: MAX_ELEMENTS + 1]
-    return found
+    return "\nUNION ALL ".join(branches) + "\nLIMIT %s"
 
 
-def _baseline_coverage(scope: QueryScope, keys: Sequence[ElementKey], start: datetime, end: datetime) -> QuerySet[Any]:
+_EXISTING_SQL = _existing_sql()
+
+
+def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> Raw:
+    """The requested elements that exist in the project: one statement (``_existing_sql``; written out as
+    the page is, for the same reason)."""
+    params: list[Any] = []
+    for kind in NODE_KINDS + LINK_KINDS:
+        params += [scope.project_id, [k.element_id for k in elements if k.element_type == kind]]
+    return Raw(_EXISTING_SQL, [*params, MAX_ELEMENTS + 1], ("e_type", "e_id"))
+
+
+def _coverage_sql(table: str, kinds: Sequence[str]) -> str:
+    """See ``_baseline_coverage``. ``kinds``: the element types of the table (their ids are parameters)."""
+    pairs = " OR ".join(f"(element_type = '{kind}' AND element_id = ANY(%s::text[]))" for kind in kinds)
+    where = f"FROM {table} WHERE project_id = %s AND ({pairs})"
+    return (
+        f"(SELECT DISTINCT 0 AS c_kind, time {where} AND time >= %s AND time < %s)\n"
+        f"UNION ALL (SELECT 1, time {where} ORDER BY time LIMIT 1)\n"
+        f"UNION ALL (SELECT 2, time {where} ORDER BY time DESC LIMIT 1)\n"
+        "LIMIT %s"
+    )
+
+
+_COVERAGE_SQL = {
+    True: _coverage_sql(NodeBaseline._meta.db_table, NODE_KINDS),
+    False: _coverage_sql(LinkBaseline._meta.db_table, LINK_KINDS),
+}
+
+
+def _baseline_coverage(scope: QueryScope, keys: Sequence[ElementKey], start: datetime, end: datetime) -> Raw:
     """One statement: the baseline instants of the requested elements in ``[start, end)`` (elements of
     one simulation share instants) and the first and last instant of their baseline (the covered range a
     gap names), each a range read of the (project, type, element, time) index. The first and last instant
     are the requested elements' own, not the project's: the table has no (project, time) index, and on a
-    project-wide read PostgreSQL scans every project's rows (10 M baseline rows: 2.1 s a call)."""
-    model = NodeBaseline if keys[0].element_type in NODE_TYPES else LinkBaseline
-    same = [k for k in keys if (k.element_type in NODE_TYPES) == (model is NodeBaseline)]
-    base = model.objects.filter(_pairs(same), project_id=scope.project_id)
-    inside = (
-        base.filter(time__gte=start, time__lt=end)
-        .annotate(c_kind=_int(0))
-        .order_by()
-        .values("c_kind", "time")
-        .distinct()
-    )
-    first = base.annotate(c_kind=_int(1)).order_by("time").values("c_kind", "time")[:1]
-    last = base.annotate(c_kind=_int(2)).order_by("-time").values("c_kind", "time")[:1]
+    project-wide read PostgreSQL scans every project's rows (10 M baseline rows: 2.1 s a call). The nodes'
+    baseline when the first element is a node, else the links'."""
+    nodes = keys[0].element_type in NODE_TYPES
+    kinds = NODE_KINDS if nodes else LINK_KINDS
+    where = [scope.project_id, *([k.element_id for k in keys if k.element_type == kind] for kind in kinds)]
     # Bounded (R-PAGE-1): a 24 h window holds at most 1441 instants at the smallest step (60 s).
-    return inside.union(first, last, all=True)[:MAX_COVERAGE_ROWS]
+    return Raw(_COVERAGE_SQL[nodes], [*where, start, end, *where, *where, MAX_COVERAGE_ROWS], ("c_kind", "time"))
 
 
 def model_gaps(
@@ -314,7 +322,7 @@ def query_element_history(
     their devices, the UNION ALL page; ``analysis_comparison`` adds one for the run)."""
     _validate(scope, elements, start, end, mode, run_id)
     found = yield _existing(scope, elements)
-    missing = sorted({(k.element_type, k.element_id) for k in elements} - {tuple(r) for r in found})
+    missing = sorted({(k.element_type, k.element_id) for k in elements} - {(r["e_type"], r["e_id"]) for r in found})
     if missing:
         t, i = missing[0]
         raise NotFound(f"No {t} {i} in this project.")
