@@ -19,6 +19,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.errors import AnalysisRunWithoutSeries
+from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.legacy import refuse_unavailable
 from queries.models import (
     ELEMENT_MODELS,
@@ -52,6 +53,7 @@ from queries.schemas.common import DataGap, PageRequest, TimeWindow, check_serie
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "analysis_runs"
+_LEAST_VALUE_BYTES = least_json_bytes(model_skeleton(ElementValue))  # one value's fewest bytes (queries.fitting)
 MAX_RUN_PAGE = 100  # R-PAGE-1: analysis runs page at most 100
 MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
 MAX_POINTS = 10000  # R-PAGE-2
@@ -330,8 +332,8 @@ def query_analysis_values(
     if at is not None:
         base = model.objects.filter(run_id=run["pk"], element_type=element_type, time=at)
         ordered = base.order_by("element_id").values_list("element_id", field)
-        total, rows, has_more = yield from paged(base, ordered, page)
-    items = [ElementValue(element_id=e, value=v) for e, v in rows]
+        total, rows, has_more = yield from paged(base, ordered, page, _LEAST_VALUE_BYTES)
+    items = fitting(rows, lambda row: ElementValue(element_id=row[0], value=row[1]))  # only what can fit
     data = AnalysisValuesPage(
         items=items,
         total=total,

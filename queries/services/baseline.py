@@ -24,7 +24,7 @@ from django.db.models import Count, Max, Min, QuerySet
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
-from queries.fitting import least_json_bytes, model_skeleton
+from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
 from queries.paging import paged
 from queries.plan import Plan, service
@@ -305,7 +305,7 @@ def query_model_baseline_field(
     at = base.filter(time=instant)
     ordered = at.order_by("element_id").values_list("element_id", field)
     total, rows, has_more = yield from paged(at, ordered, page, _LEAST_FIELD_VALUE_BYTES)
-    items = [BaselineFieldValue(element_id=e, value=v) for e, v in rows]
+    items = fitting(rows, lambda row: BaselineFieldValue(element_id=row[0], value=row[1]))  # only what can fit
     data = BaselineFieldPage(
         items=items,
         total=total,
