@@ -764,6 +764,7 @@ def main() -> int:
             }
             rows.append(row)
             print(f"[bench] {json.dumps(row)}", flush=True)
+        add_beyond_call_cost(rows)
         cancel = asyncio.run(cancellation_latency(f"{base}/mcp", token, handles[DEMO], options.cancel_runs))
         summary = {
             "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -797,6 +798,28 @@ def _tools(base: str, token: str) -> list[dict[str, Any]]:
     return list(reply_of(response.text)["result"]["tools"])
 
 
+#: The scenario whose answer costs next to nothing (one row by key): its p50 less its floor is what any
+#: call costs before its tool's own work — HTTP, this client, the token, the context re-read, the limiter,
+#: the audit line.
+CALL_COST_SCENARIO = "get_element_properties pipe"
+
+
+def add_beyond_call_cost(rows: list[dict[str, Any]]) -> None:
+    """Each row's ``x_floor_beyond_call``: (p50 − the fixed cost of a call) / floor, the fixed cost being
+    ``CALL_COST_SCENARIO``'s p50 less its floor in the same run. ``x_floor`` compares a whole call with
+    SQL + JSON alone, so for a tool whose floor is below a call's fixed cost it measures the per-call path
+    (perf-anchors' subject); this column measures the tool's own work against its floor. Nothing is
+    added when that scenario did not run."""
+    base = next((r for r in rows if r.get("scenario") == CALL_COST_SCENARIO and r.get("floor_ms")), None)
+    if base is None:
+        return
+    call_ms = base["p50_ms"] - base["floor_ms"]
+    for row in rows:
+        if row.get("floor_ms") and "p50_ms" in row:
+            row["call_cost_ms"] = round(call_ms, 2)
+            row["x_floor_beyond_call"] = round(max(row["p50_ms"] - call_ms, 0.0) / row["floor_ms"], 1)
+
+
 def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"Measured {summary['date']} on {summary['machine']} (load average {summary['load_average']['start']} → "
@@ -804,22 +827,30 @@ def markdown(summary: dict[str, Any]) -> str:
         f"cancellation p50 {summary['cancellation_ms']['p50']} ms, p95 {summary['cancellation_ms']['p95']} ms; "
         f"peak RSS {summary['peak_rss_mb']} MB.",
         "",
-        "Floor: the scenario's statements with psycopg alone + serialising its answer (scripts/bench_floor.py).",
+        "Floor: the scenario's statements with psycopg alone + serialising its answer (scripts/bench_floor.py). "
+        "× floor beyond a call: (p50 − a call's fixed cost) / floor, the fixed cost being "
+        f"{CALL_COST_SCENARIO!r}'s p50 less its floor ({_call_cost(summary)} ms in this run).",
         "",
         "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | floor ms | × floor "
-        "| bytes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| × floor beyond a call | bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["scenarios"]:
         if "p50_ms" not in row:
-            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | | |")
+            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | | | |")
             continue
         lines.append(
             f"| {row['scenario']} | {row['p50_ms']} | {row['p95_ms']} | {row['rps_c1']} | {row['rps_c8']} | "
             f"{row['p99_c8_ms']} | {row['cpu_ms_per_call']} | {row.get('floor_ms') or row.get('floor_note')} | "
-            f"{row['x_floor'] if row.get('x_floor') is not None else '–'} | {row['response_bytes']} |"
+            f"{row['x_floor'] if row.get('x_floor') is not None else '–'} | "
+            f"{row.get('x_floor_beyond_call', '–')} | {row['response_bytes']} |"
         )
     return "\n".join(lines)
+
+
+def _call_cost(summary: dict[str, Any]) -> str:
+    costs = [r["call_cost_ms"] for r in summary["scenarios"] if "call_cost_ms" in r]
+    return str(costs[0]) if costs else "not measured"
 
 
 if __name__ == "__main__":

@@ -45,3 +45,35 @@ def test_a_refused_call_is_not_a_floor(demo_loaded: None) -> None:
     scope = bench_floor.scope_for(DEMO, "alice")
     with pytest.raises(NotFound):
         bench_floor.capture("get_element_properties", scope, {"element_type": "pipe", "element_id": "no-such-pipe"})
+
+
+def test_a_maximal_page_floor_reads_what_the_call_reads(demo_loaded: None) -> None:
+    """Under the inline budget the call reads only the rows that can fit (``queries.fitting``): the floor
+    replays that statement, not a 500-row read the call never makes."""
+    from queries.fitting import InlineBudget, rows_to_fetch
+    from queries.services.network import _least_item_bytes
+
+    scope = bench_floor.scope_for(DEMO, "alice")
+    captured = bench_floor.capture("list_elements", scope, {"element_type": "junction", "limit": 500})
+    with InlineBudget(12_000):
+        cap = rows_to_fetch(500, _least_item_bytes("junction"))
+    assert cap < 500
+    (_, _), (_, page_params) = captured.statements
+    assert cap in page_params and 500 not in page_params
+    assert captured.structured["truncated"] is True
+
+
+def test_the_beyond_a_call_ratio_takes_off_the_fixed_cost_measured_in_the_same_run() -> None:
+    from scripts import bench
+
+    rows = [
+        {"scenario": bench.CALL_COST_SCENARIO, "p50_ms": 2.5, "floor_ms": 0.2},
+        {"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0},
+        {"scenario": "refused", "status": "not in the catalog"},
+    ]
+    bench.add_beyond_call_cost(rows)
+    assert rows[0]["x_floor_beyond_call"] == 1.0 and rows[1]["x_floor_beyond_call"] == 2.0
+    assert rows[1]["call_cost_ms"] == 2.3 and "x_floor_beyond_call" not in rows[2]
+    alone = [{"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0}]
+    bench.add_beyond_call_cost(alone)  # the call's cost not measured: nothing is made up
+    assert "x_floor_beyond_call" not in alone[0]
