@@ -734,6 +734,17 @@ def main() -> int:
                 args = {k: saved_evidence if v == SAVED_EVIDENCE else v for k, v in args.items()}
             run = {"meta": scenario.meta, "check": scenario.check}
             asyncio.run(drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.warmup, **run))
+            # A call's fixed cost right before this scenario (the machine's speed drifts during a run).
+            probe = asyncio.run(
+                drive(
+                    url,
+                    token,
+                    CALL_COST.tool,
+                    {"context_handle": handles[DEMO], **CALL_COST.args},
+                    concurrency=1,
+                    requests=max(30, options.requests // 2),
+                )
+            )
             profile = Profile(server.pid, scenario.name, options.profile)
             ticks = cpu_ticks(server.pid)
             one = asyncio.run(
@@ -760,6 +771,7 @@ def main() -> int:
                 **floor,
                 "x_floor": round(p50 / floor["floor_ms"], 1) if floor.get("floor_ms") else None,
                 "response_bytes": one.bytes_out,
+                "call_probe_p50_ms": round(percentile(probe.latencies_ms, 0.5), 2) if probe.latencies_ms else None,
                 "errors": {**one.errors, **{f"c8:{k}": v for k, v in eight.errors.items()}},
             }
             rows.append(row)
@@ -798,24 +810,27 @@ def _tools(base: str, token: str) -> list[dict[str, Any]]:
     return list(reply_of(response.text)["result"]["tools"])
 
 
-#: The scenario whose answer costs next to nothing (one row by key): its p50 less its floor is what any
-#: call costs before its tool's own work — HTTP, this client, the token, the context re-read, the limiter,
-#: the audit line.
+#: The call whose answer costs next to nothing (one row by key): before each scenario it is timed at c=1
+#: (``call_probe_p50_ms``), and its p50 less its floor is what any call costs then before its tool's own
+#: work — HTTP, this client, the token, the context re-read, the limiter, the audit line.
 CALL_COST_SCENARIO = "get_element_properties pipe"
+
+
+CALL_COST = next(s for s in SCENARIOS if s.name == CALL_COST_SCENARIO)
 
 
 def add_beyond_call_cost(rows: list[dict[str, Any]]) -> None:
     """Each row's ``x_floor_beyond_call``: (p50 − the fixed cost of a call) / floor, the fixed cost being
-    ``CALL_COST_SCENARIO``'s p50 less its floor in the same run. ``x_floor`` compares a whole call with
-    SQL + JSON alone, so for a tool whose floor is below a call's fixed cost it measures the per-call path
-    (perf-anchors' subject); this column measures the tool's own work against its floor. Nothing is
-    added when that scenario did not run."""
+    the probe's p50 timed just before the row (``call_probe_p50_ms``) less ``CALL_COST_SCENARIO``'s floor.
+    ``x_floor`` compares a whole call with SQL + JSON alone, so for a tool whose floor is below a call's
+    fixed cost it measures the per-call path (perf-anchors' subject); this column measures the tool's own
+    work against its floor. Nothing is added when that scenario's floor was not measured."""
     base = next((r for r in rows if r.get("scenario") == CALL_COST_SCENARIO and r.get("floor_ms")), None)
     if base is None:
         return
-    call_ms = base["p50_ms"] - base["floor_ms"]
     for row in rows:
-        if row.get("floor_ms") and "p50_ms" in row:
+        if row.get("floor_ms") and row.get("call_probe_p50_ms") is not None and "p50_ms" in row:
+            call_ms = max(row["call_probe_p50_ms"] - base["floor_ms"], 0.0)
             row["call_cost_ms"] = round(call_ms, 2)
             row["x_floor_beyond_call"] = round(max(row["p50_ms"] - call_ms, 0.0) / row["floor_ms"], 1)
 
@@ -828,29 +843,24 @@ def markdown(summary: dict[str, Any]) -> str:
         f"peak RSS {summary['peak_rss_mb']} MB.",
         "",
         "Floor: the scenario's statements with psycopg alone + serialising its answer (scripts/bench_floor.py). "
-        "× floor beyond a call: (p50 − a call's fixed cost) / floor, the fixed cost being "
-        f"{CALL_COST_SCENARIO!r}'s p50 less its floor ({_call_cost(summary)} ms in this run).",
+        "× floor beyond a call: (p50 − a call's fixed cost) / floor, the fixed cost (call ms) being "
+        f"{CALL_COST_SCENARIO!r}'s p50 timed just before the scenario, less its floor.",
         "",
         "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | floor ms | × floor "
-        "| × floor beyond a call | bytes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| call ms | × floor beyond a call | bytes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["scenarios"]:
         if "p50_ms" not in row:
-            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | | | |")
+            lines.append(f"| {row['scenario']} | {row['status']} | | | | | | | | | | |")
             continue
         lines.append(
             f"| {row['scenario']} | {row['p50_ms']} | {row['p95_ms']} | {row['rps_c1']} | {row['rps_c8']} | "
             f"{row['p99_c8_ms']} | {row['cpu_ms_per_call']} | {row.get('floor_ms') or row.get('floor_note')} | "
             f"{row['x_floor'] if row.get('x_floor') is not None else '–'} | "
-            f"{row.get('x_floor_beyond_call', '–')} | {row['response_bytes']} |"
+            f"{row.get('call_cost_ms', '–')} | {row.get('x_floor_beyond_call', '–')} | {row['response_bytes']} |"
         )
     return "\n".join(lines)
-
-
-def _call_cost(summary: dict[str, Any]) -> str:
-    costs = [r["call_cost_ms"] for r in summary["scenarios"] if "call_cost_ms" in r]
-    return str(costs[0]) if costs else "not measured"
 
 
 if __name__ == "__main__":

@@ -63,17 +63,19 @@ def test_a_maximal_page_floor_reads_what_the_call_reads(demo_loaded: None) -> No
     assert captured.structured["truncated"] is True
 
 
-def test_the_beyond_a_call_ratio_takes_off_the_fixed_cost_measured_in_the_same_run() -> None:
+def test_the_beyond_a_call_ratio_takes_off_the_fixed_cost_timed_before_each_row() -> None:
     from scripts import bench
 
     rows = [
-        {"scenario": bench.CALL_COST_SCENARIO, "p50_ms": 2.5, "floor_ms": 0.2},
-        {"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0},
+        {"scenario": bench.CALL_COST_SCENARIO, "p50_ms": 2.5, "floor_ms": 0.2, "call_probe_p50_ms": 2.5},
+        {"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 2.5},
+        {"scenario": "slower phase", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 4.2},
         {"scenario": "refused", "status": "not in the catalog"},
     ]
     bench.add_beyond_call_cost(rows)
     assert rows[0]["x_floor_beyond_call"] == 1.0 and rows[1]["x_floor_beyond_call"] == 2.0
-    assert rows[1]["call_cost_ms"] == 2.3 and "x_floor_beyond_call" not in rows[2]
-    alone = [{"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0}]
-    bench.add_beyond_call_cost(alone)  # the call's cost not measured: nothing is made up
+    assert rows[1]["call_cost_ms"] == 2.3 and rows[2]["call_cost_ms"] == 4.0
+    assert rows[2]["x_floor_beyond_call"] == 1.6 and "x_floor_beyond_call" not in rows[3]
+    alone = [{"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 2.5}]
+    bench.add_beyond_call_cost(alone)  # the call's floor not measured: nothing is made up
     assert "x_floor_beyond_call" not in alone[0]
