@@ -6,14 +6,13 @@ built)."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pydantic_core
 import pytest
 import wntr
-from django.contrib.gis.geos import Point
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -22,11 +21,10 @@ from contexts.scope import QueryScope
 from mcp_app.inline import fit_inline
 from queries.fitting import InlineBudget, fitting, least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
 from queries.importer.epanet import import_network
-from queries.models import ScadaDevice, ScadaReading
 from queries.plan import run_sync
 from queries.registry import tool_spec
 from queries.schemas.scada import ScadaReadingPoint
-from tests.queries.factories import service_scope
+from tests.queries.factories import dense_scada_project, service_scope
 
 NET3 = Path(wntr.__file__).parent / "library" / "networks" / "Net3.inp"
 MAX_BYTES = 12_000
@@ -123,33 +121,7 @@ def test_the_least_bytes_of_an_item_bound_every_item() -> None:
 
 
 def _dense_scada(points_per_device: int) -> QueryScope:
-    project = Project.objects.create(slug="fitting-scada", name="Fitting SCADA")
-    devices = ScadaDevice.objects.bulk_create(
-        ScadaDevice(
-            project=project,
-            device_id=f"D-{i}",
-            name=f"d{i}",
-            quantity="pressure",
-            unit="m",
-            element_type="junction",
-            element_id=f"J-{i}",
-            location=Point(117.0, 39.0, srid=4326),
-            sample_interval_s=60,
-        )
-        for i in range(2)
-    )
-    ScadaReading.objects.bulk_create(
-        ScadaReading(
-            device=device,
-            time=DAY0 + timedelta(minutes=m),
-            monitored_value=None if m % 97 == 5 else 30.0 + m / 1000,
-            cleaned_value=None if m % 97 == 5 else 30.0,
-            quality="gap" if m % 97 == 5 else "good",
-        )
-        for device in devices
-        for m in range(points_per_device)
-    )
-    return service_scope(project, {"scada.view"})
+    return dense_scada_project("fitting-scada", 2, points_per_device, gap_every=97)
 
 
 def _limits(captured: CaptureQueriesContext) -> list[str]:
@@ -163,7 +135,7 @@ def test_a_series_reads_only_the_points_that_can_fit() -> None:
     scope = _dense_scada(600)
     spec = tool_spec("query_scada_readings")
     args = {
-        "device_ids": ["D-0", "D-1"],
+        "device_ids": ["D-00", "D-01"],
         "start": "2026-11-01T00:00:00Z",
         "end": "2026-11-01T12:00:00Z",
         "field": "monitored_value",
@@ -184,7 +156,7 @@ def test_a_series_reads_only_the_points_that_can_fit() -> None:
 @pytest.mark.django_db
 def test_a_series_that_ends_inside_the_rows_read_is_whole() -> None:
     scope = _dense_scada(60)  # 120 points: fewer than the rows that could fit
-    args = {"device_ids": ["D-0", "D-1"], "start": "2026-11-01T00:00:00Z", "end": "2026-11-01T12:00:00Z"}
+    args = {"device_ids": ["D-00", "D-01"], "start": "2026-11-01T00:00:00Z", "end": "2026-11-01T12:00:00Z"}
     with InlineBudget(MAX_BYTES) as budget:
         built = run_sync(tool_spec("query_scada_readings").invoke(scope, {**args, "field": "monitored_value"}))
     assert not budget.stopped

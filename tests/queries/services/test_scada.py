@@ -14,7 +14,6 @@ from typing import Any
 
 import pydantic_core
 import pytest
-from django.contrib.gis.geos import Point
 from jsonschema import Draft202012Validator
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
@@ -24,7 +23,7 @@ from queries.models import ScadaDevice, ScadaReading
 from queries.registry import tools_by_name
 from queries.schemas.common import PageRequest
 from queries.services import scada
-from tests.queries.factories import service_scope
+from tests.queries.factories import dense_scada_project, service_scope
 from tests.support.demo import DEMO, DEMO_B, business_error, structured
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
@@ -339,33 +338,7 @@ def test_too_many_gaps_cut_the_window_with_a_continuation(demo_call: Call) -> No
 
 def dense_project(count: int) -> QueryScope:
     """A project of ``count`` one-minute devices with 1001 good readings each."""
-    project = Project.objects.create(slug="cat-b-dense", name="Dense SCADA")
-    devices = ScadaDevice.objects.bulk_create(
-        ScadaDevice(
-            project=project,
-            device_id=f"D-{i:02d}",
-            name=f"dense {i}",
-            quantity="pressure",
-            unit="m",
-            element_type="junction",
-            element_id=f"J-{i}",
-            location=Point(117.0 + i / 100, 39.0, srid=4326),
-            sample_interval_s=60,
-        )
-        for i in range(count)
-    )
-    ScadaReading.objects.bulk_create(
-        ScadaReading(
-            device=device,
-            time=DAY0 + timedelta(minutes=m),
-            monitored_value=30.0 + m / 1000,
-            cleaned_value=30.0 + m / 1000,
-            quality="good",
-        )
-        for device in devices
-        for m in range(1001)
-    )
-    return service_scope(project, {"scada.view"}, subject="s")
+    return dense_scada_project("cat-b-dense", count, 1001)
 
 
 @pytest.fixture
