@@ -207,7 +207,7 @@ class Dispatcher:
             with InlineBudget(None if entry.spec.item_parts else max_bytes) as budget:
                 result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
             dumped = result.model_dump(mode="json")
-            if budget.stopped and json_size(dumped) <= max_bytes:
+            if budget.build_whole(json_size(dumped)):
                 # Presented, the items built fit after all (unit scaling shortened numbers): the page
                 # has more than was built, so build it whole (rare; never a short page as if whole).
                 result = await self._run(call, entry, scope, args, session if progress else None)

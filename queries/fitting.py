@@ -54,6 +54,11 @@ class InlineBudget:
     def __exit__(self, *exc: object) -> None:
         _BUDGET.reset(self._token)
 
+    def build_whole(self, presented_bytes: int) -> bool:
+        """Whether the call must be run again without a budget: its page stopped early, yet presented it
+        fits after all (unit scaling shortened numbers) — never a short page returned as if whole."""
+        return self.stopped and self.max_bytes is not None and presented_bytes <= self.max_bytes
+
 
 _BUDGET: ContextVar[InlineBudget | None] = ContextVar("tjwater_inline_budget", default=None)
 

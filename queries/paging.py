@@ -17,7 +17,7 @@ output schema says when ``total`` is null.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -49,27 +49,36 @@ def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Genera
     return int(n) if n <= cap else None
 
 
+def budgeted_rows(
+    read: Callable[[int], Statement], limit: int, least_item_bytes: int | None, *, extra: int = 1
+) -> Generator[Statement, Any, tuple[list[Any], bool | None]]:
+    """Up to ``limit`` rows of a page, read with ``read(n)`` (the statement for ``n`` rows from the page's
+    offset), and what they say of ``has_more``. With ``extra`` one row more than the page is read to tell
+    it; without, None (the caller knows it from a total). With ``least_item_bytes`` (the fewest bytes one
+    item writes, ``queries.fitting.least_json_bytes``) and under the MCP edge's inline budget, no more rows
+    are read than can fit (``queries.fitting.rows_to_fetch``): when the page goes on beyond them,
+    ``has_more`` is true (the edge cuts the page there); when it ended inside them, None (nothing beyond
+    what was read, as far as this page can tell: the caller's total, else false)."""
+    cap = rows_to_fetch(limit, least_item_bytes) if least_item_bytes is not None else limit
+    if cap < limit:
+        fetched = yield read(cap)
+        return list(fetched), (None if read_all_fetched(len(fetched), cap, limit) else True)
+    fetched = yield read(limit + extra)
+    return list(fetched[:limit]), (len(fetched) > limit if extra else None)
+
+
 def page_rows(
     rows: QuerySet[Any], page: PageRequest, total: int | None, least_item_bytes: int | None = None
 ) -> Generator[Statement, Any, tuple[list[Any], bool]]:
     """The page of ``rows`` (ordered, ``.values()``) and an exact ``has_more``: from ``total`` when known,
-    else from one row read beyond the page. With ``least_item_bytes`` (the fewest bytes one item of the
-    page writes, ``queries.fitting.least_json_bytes``) and under the MCP edge's inline budget, no more rows
-    are read than can fit (``queries.fitting.rows_to_fetch``); when the page goes on beyond them,
-    ``has_more`` is true (the edge cuts the page there)."""
-    if least_item_bytes is not None:
-        cap = rows_to_fetch(page.limit, least_item_bytes)
-        if cap < page.limit:
-            fetched = yield rows[page.offset : page.offset + cap]
-            items = list(fetched)
-            if not read_all_fetched(len(items), cap, page.limit):
-                return items, True
-            return items, (page.offset + len(items) < total if total is not None else False)
-    extra = 0 if total is not None else 1
-    fetched = yield rows[page.offset : page.offset + page.limit + extra]
-    items = list(fetched[: page.limit])
-    has_more = page.offset + len(items) < total if total is not None else len(fetched) > page.limit
-    return items, has_more
+    else from one row read beyond the page (``budgeted_rows``: under the inline budget with
+    ``least_item_bytes``, only the rows that can fit)."""
+    items, more = yield from budgeted_rows(
+        lambda n: rows[page.offset : page.offset + n], page.limit, least_item_bytes, extra=0 if total is not None else 1
+    )
+    if more is None:
+        more = page.offset + len(items) < total if total is not None else False
+    return items, more
 
 
 def paged(

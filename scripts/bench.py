@@ -761,7 +761,7 @@ def main() -> int:
                 "scenario": scenario.name,
                 "tool": scenario.tool,
                 "project": scenario.project,
-                "status": "ok" if not (one.errors or eight.errors) else "errors",
+                "status": "ok" if not (one.errors or eight.errors or probe.errors) else "errors",
                 "p50_ms": round(p50, 2),
                 "p95_ms": round(percentile(one.latencies_ms, 0.95), 2),
                 "rps_c1": round(len(one.latencies_ms) / one.wall_s, 1),
@@ -772,7 +772,11 @@ def main() -> int:
                 "x_floor": round(p50 / floor["floor_ms"], 1) if floor.get("floor_ms") else None,
                 "response_bytes": one.bytes_out,
                 "call_probe_p50_ms": round(percentile(probe.latencies_ms, 0.5), 2) if probe.latencies_ms else None,
-                "errors": {**one.errors, **{f"c8:{k}": v for k, v in eight.errors.items()}},
+                "errors": {
+                    **one.errors,
+                    **{f"c8:{k}": v for k, v in eight.errors.items()},
+                    **{f"probe:{k}": v for k, v in probe.errors.items()},
+                },
             }
             rows.append(row)
             print(f"[bench] {json.dumps(row)}", flush=True)

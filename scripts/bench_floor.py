@@ -127,7 +127,7 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
     plain = not (spec.item_parts or saves_evidence(scope, spec))
     with InlineBudget(max_bytes if plain else None) as budget:
         result, compiled = asyncio.run(run())
-    if budget.stopped and json_size(result.model_dump(mode="json")) <= max_bytes:
+    if budget.build_whole(json_size(result.model_dump(mode="json"))):
         result, compiled = asyncio.run(run())  # built whole, as the dispatcher then does
     validator = Draft202012Validator(spec.input_schema, registry=Registry())
     structured = fit_inline(

@@ -38,7 +38,7 @@ from django.db.models import Q
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
-from queries.fitting import least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
+from queries.fitting import least_json_bytes, model_skeleton
 from queries.models import (
     ELEMENT_MODELS,
     NODE_TYPES,
@@ -50,6 +50,7 @@ from queries.models import (
     ScadaDevice,
     ScadaReading,
 )
+from queries.paging import budgeted_rows
 from queries.plan import Plan, Raw, service
 from queries.scada_units import STORAGE_UNITS
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
@@ -362,14 +363,10 @@ def query_element_history(
     has_more = False
     if pks or modelled:
         # Under the MCP edge's inline budget only the points that can fit are read (``queries.fitting``).
-        cap = rows_to_fetch(page.limit, _LEAST_POINT_BYTES)
-        if cap < page.limit:
-            rows = yield _page(scope, pks, modelled, start, end, run_pk, cap, page.offset)
-            has_more = not read_all_fetched(len(rows), cap, page.limit)
-        else:
-            rows = yield _page(scope, pks, modelled, start, end, run_pk, page.limit + 1, page.offset)
-            has_more = len(rows) > page.limit
-            rows = rows[: page.limit]
+        rows, more = yield from budgeted_rows(
+            lambda n: _page(scope, pks, modelled, start, end, run_pk, n, page.offset), page.limit, _LEAST_POINT_BYTES
+        )
+        has_more = bool(more)
 
     by_device = {d["device_id"]: d for d in devices}
     model_origin = "model_baseline" if mode == "realtime_comparison" else "analysis_run"

@@ -21,9 +21,9 @@ from pydantic import TypeAdapter
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
-from queries.fitting import least_json_bytes, model_skeleton, read_all_fetched, rows_to_fetch
+from queries.fitting import least_json_bytes, model_skeleton
 from queries.models import ScadaDevice, ScadaReading
-from queries.paging import paged
+from queries.paging import budgeted_rows, paged
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
@@ -307,13 +307,16 @@ def query_scada_readings(
     pks = [pk for _, _, pk in devices]
     # Under the MCP edge's inline budget only the points that can fit are read (``queries.fitting``): a
     # few hundred of a maximal window's thousands; the total above stays exact.
-    cap = rows_to_fetch(page.limit, _LEAST_POINT_BYTES)
-    points = yield Raw(
-        _POINTS_SQL[field],
-        [pks, pks, scope.project_id, window.start, covered_end, cap, page.offset],
-        ("device_id", "time", "value", "quality"),
+    points, _ = yield from budgeted_rows(
+        lambda n: Raw(
+            _POINTS_SQL[field],
+            [pks, pks, scope.project_id, window.start, covered_end, n, page.offset],
+            ("device_id", "time", "value", "quality"),
+        ),
+        page.limit,
+        _LEAST_POINT_BYTES,
+        extra=0,
     )
-    read_all_fetched(len(points), cap, page.limit)
     items = _POINTS.validate_python(points)
     check_series_bytes(items)  # ≤ 10000 points *or* 8 MiB (R-PAGE-2)
     data = ScadaReadingPage(

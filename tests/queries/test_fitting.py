@@ -161,3 +161,11 @@ def test_a_series_that_ends_inside_the_rows_read_is_whole() -> None:
         built = run_sync(tool_spec("query_scada_readings").invoke(scope, {**args, "field": "monitored_value"}))
     assert not budget.stopped
     assert (len(built.data.items), built.data.total, built.data.has_more) == (120, 120, False)
+
+
+def test_a_stopped_page_is_built_whole_only_when_it_fits_after_all() -> None:
+    budget = InlineBudget(100)
+    assert not budget.build_whole(50)  # not stopped: the page was whole already
+    budget.stopped = True
+    assert budget.build_whole(100) and not budget.build_whole(101)
+    assert not InlineBudget(None).build_whole(0)  # no budget: nothing was left unbuilt
