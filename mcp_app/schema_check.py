@@ -10,14 +10,16 @@ catalog tool):
   ``enum`` of strings, ``minLength``/``maxLength`` (code points), ``pattern`` (``re.search``),
   ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum``;
 - ``properties``, ``required``, ``additionalProperties`` (``false``/``true`` only), ``items``,
-  ``prefixItems``, ``minItems``/``maxItems``, ``allOf``, ``if``/``then``/``else``, boolean schemas;
+  ``prefixItems``, ``minItems``/``maxItems``, ``uniqueItems``, ``allOf``, ``oneOf``, ``if``/``then``/``else``,
+  boolean schemas;
 - annotations, which validate nothing: ``description``, ``title``, ``default``, ``examples``,
   ``$schema``, ``format`` (no format checker is configured — ``mcp_app.catalog``), ``deprecated``,
   ``readOnly``, ``writeOnly``.
 
-Any other keyword (``$ref``, ``uniqueItems``, ``patternProperties``, ``oneOf``…) makes the schema
-``Unsupported``: that tool is checked by jsonschema alone. The predicate only ever *accepts*: an
-argument set it rejects goes to jsonschema, which decides and names the failing rule.
+Any other keyword (``$ref``, ``patternProperties``, ``anyOf``, ``not``…) makes the schema ``Unsupported``:
+that tool is checked by jsonschema alone. Each keyword's predicate is exact (True iff jsonschema finds no
+error), which ``if`` and ``oneOf`` rely on; the dispatch path still only trusts an *accept*: an argument
+set it rejects goes to jsonschema, which decides and names the failing rule.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sized
 from typing import Any
+
+from jsonschema._utils import uniq as _jsonschema_uniq
 
 Check = Callable[[Any], bool]
 
@@ -174,6 +178,25 @@ def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C9
         check = compile_schema(value)
         skip = len(schema.get("prefixItems", ()))
         return lambda v: type(v) is not list or all(check(x) for x in v[skip:])
+    if key == "uniqueItems":
+        if type(value) is not bool:
+            raise Unsupported(key)
+        return _unique if value else (lambda v: True)
+    if key == "oneOf":
+        if not isinstance(value, list) or not value:
+            raise Unsupported(key)
+        alternatives = tuple(compile_schema(s) for s in value)
+
+        def one_of(v: Any) -> bool:
+            matched = 0
+            for check in alternatives:
+                if check(v):
+                    matched += 1
+                    if matched > 1:
+                        return False
+            return matched == 1
+
+        return one_of
     if key == "allOf":
         if not isinstance(value, list) or not value:
             raise Unsupported(key)
@@ -186,6 +209,47 @@ def _keyword(key: str, value: Any, schema: dict[str, Any]) -> Check:  # noqa: C9
     if key in ("then", "else"):
         return lambda v: True  # applied through "if" (alone they validate nothing)
     raise Unsupported(f"keyword {key!r}")
+
+
+def _unique(v: Any) -> bool:
+    """``uniqueItems: true`` as jsonschema decides it (``jsonschema._utils.uniq``). A list of two or more
+    objects cannot be sorted, so jsonschema compares every pair with its ``equal`` (``1`` equals ``1.0``,
+    ``True`` does not equal ``1``, key order does not matter); the same equality as hashable keys
+    (``_key``) decides in one pass. Any other list goes to ``uniq`` itself (its sorted path has quirks,
+    e.g. with NaN, that an exact check must keep)."""
+    if type(v) is not list or len(v) < 2:
+        return True
+    if all(type(x) is dict for x in v):
+        try:
+            keys = {_key(x) for x in v}
+        except _NotJson:
+            return bool(_jsonschema_uniq(v))
+        return len(keys) == len(v)
+    return bool(_jsonschema_uniq(v))
+
+
+class _NotJson(Exception):
+    """A value no JSON document holds (``_key`` cannot say how jsonschema compares it)."""
+
+
+def _key(v: Any) -> Any:
+    """A hashable key equal for two JSON values exactly when jsonschema's ``equal`` says they are equal:
+    numbers by value (``1 == 1.0``; a NaN only equals itself, as ``is`` and tuple comparison agree), booleans
+    apart from numbers, arrays in order, objects by their members."""
+    t = type(v)
+    if t is str:
+        return ("s", v)
+    if t is bool:
+        return ("b", v)
+    if t is int or t is float:
+        return ("n", v)
+    if v is None:
+        return ("z",)
+    if t is list:
+        return ("l", tuple(_key(x) for x in v))
+    if t is dict and all(type(k) is str for k in v):
+        return ("d", frozenset((k, _key(x)) for k, x in v.items()))
+    raise _NotJson
 
 
 class InputCheck:

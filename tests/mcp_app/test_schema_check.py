@@ -23,6 +23,7 @@ from mcp_app.dispatch import validate_arguments
 from mcp_app.schema_check import Unsupported, compile_schema, fast_check
 
 CATALOG = build_catalog()
+NAN = math.nan  # one NaN object: jsonschema's ``equal`` finds it equal to itself (``is``)
 COMPILED = [entry for entry in CATALOG.entries.values() if entry.fast_check is not None]
 
 json_scalars = st.one_of(
@@ -67,9 +68,19 @@ def near(schema: Any) -> st.SearchStrategy[Any]:
             options.append(st.lists(item, min_size=max(0, n - 1), max_size=n + 1))
     if schema.get("type") == "array" or "items" in schema:
         options.append(st.lists(near(schema.get("items", {})), max_size=5))
+        if schema.get("uniqueItems"):  # a repeated item, as given and with its keys in another order
+            repeated = st.lists(near(schema.get("items", {})), min_size=1, max_size=4)
+            options.append(repeated.map(lambda xs: [*xs, xs[0]]))
+            options.append(repeated.map(lambda xs: [*xs, _reordered(xs[0])]))
+    if "oneOf" in schema:  # each alternative's own edges (and values valid under several)
+        options.extend(near(alternative) for alternative in schema["oneOf"])
     if schema.get("type") == "object" or "properties" in schema:
         options.append(arguments_for(schema))
     return st.one_of(options)
+
+
+def _reordered(value: Any) -> Any:
+    return dict(reversed(list(value.items()))) if isinstance(value, dict) else value
 
 
 def arguments_for(schema: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
@@ -104,7 +115,9 @@ def test_the_hot_tools_compile() -> None:
     compiled = {entry.spec.name for entry in COMPILED}
     # The perf-anchors call and the other single-lookup tools take the fast path.
     assert {"get_element_properties", "list_elements", "get_network_options"} <= compiled
-    assert len(compiled) >= len(CATALOG.entries) // 2
+    # Series and rankings too (uniqueItems, oneOf): their continuations are checked on every cut page.
+    assert {"query_element_history", "query_scada_readings", "rank_model_baseline", "rank_scada_deviation"} <= compiled
+    assert compiled == set(CATALOG.entries)
 
 
 @pytest.mark.parametrize(
@@ -117,6 +130,35 @@ def test_the_hot_tools_compile() -> None:
         ({"type": "string", "pattern": "^x"}, ["xy"], ["yx", 5]),
         ({"type": "string", "maxLength": 2}, ["ab", "\U0001f600\U0001f600"], ["abc"]),
         ({"type": "array", "prefixItems": [{"type": "string"}], "items": False}, [[], ["a"]], [["a", "b"], [1]]),
+        # jsonschema's equality: 1 equals 1.0, True does not equal 1, key order does not matter, a NaN
+        # equals only itself (the same object).
+        (
+            {"uniqueItems": True},
+            [
+                [],
+                [{"a": 1}],
+                [{"a": 1}, {"a": True}],
+                [{"a": [1]}, {"a": [True]}],
+                [{"a": math.nan}, {"a": float("nan")}],
+                [1, True],
+                [1, "1"],
+                "not an array",
+            ],
+            [
+                [{"a": 1}, {"a": 1.0}],
+                [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
+                [{"a": NAN}, {"a": NAN}],
+                [1, 1.0],
+                [[1], [1.0]],
+                [{"a": {"b": None}}, {"a": {"b": None}}],
+            ],
+        ),  # fmt: skip
+        ({"uniqueItems": False}, [[1, 1]], []),
+        (
+            {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 2}]},
+            [1, 1.5 + 1, -3],
+            [2, 3.0, "x", 1.5],
+        ),
         (
             {
                 "type": "object",
@@ -147,9 +189,11 @@ def test_keyword_semantics_match_jsonschema(schema: dict[str, Any], good: list[A
     "schema",
     [
         {"$ref": "#/$defs/x"},
-        {"type": "array", "uniqueItems": True},
         {"patternProperties": {"^a": {}}},
-        {"oneOf": [{"type": "string"}]},
+        {"anyOf": [{"type": "string"}]},
+        {"not": {"type": "string"}},
+        {"uniqueItems": "yes"},
+        {"oneOf": []},
         {"enum": [1, 2]},
         {"additionalProperties": {"type": "string"}},
         {"type": "string", "pattern": "("},

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from contexts import access
-from contexts.errors import PermissionDenied
+from contexts.errors import LimitExceeded, PermissionDenied
 from contexts.models import Project
 from contexts.scope import QueryScope
 from queries.errors import AnalysisRunWithoutSeries
@@ -290,6 +290,27 @@ def test_comparison_modes_need_simulation_view() -> None:
         with pytest.raises(PermissionDenied) as refused:
             access.require_permissions(scope, spec.permissions_for({"mode": mode}))
         assert refused.value.details == {"missing_permissions": ["simulation.view"]}
+
+
+def test_the_devices_on_elements_of_every_type_and_too_many(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The devices statement (one per call, each element type's ids an array) finds the devices of nodes and
+    links alike, in device-id order, and one device over ``MAX_DEVICES`` is refused, not cut."""
+    scope = scope_with("scada.view")
+    first: dict[str, ScadaDevice] = {}
+    for device in ScadaDevice.objects.filter(project__slug=DEMO).order_by("-device_id"):
+        first[device.element_type] = device  # the lowest device id of each type
+    assert {"junction", "pipe", "tank"} <= set(first)
+    keys = {(d.element_type, d.element_id) for d in first.values()}
+    expected = sorted(
+        d.device_id for d in ScadaDevice.objects.filter(project__slug=DEMO) if (d.element_type, d.element_id) in keys
+    )
+    elements = [ElementKey(element_type=t, element_id=i) for t, i in sorted(keys)]
+    window = {"start": AT_0800, "end": AT_0800 + timedelta(hours=1), "page": PageRequest(limit=5)}
+    found = history.query_element_history(scope=scope, elements=elements, mode="observed", **window)
+    assert [d.device_id for d in found.data.devices] == expected
+    monkeypatch.setattr(history, "MAX_DEVICES", len(expected) - 1)
+    with pytest.raises(LimitExceeded, match=f"More than {len(expected) - 1} devices"):
+        history.query_element_history(scope=scope, elements=elements, mode="observed", **window)
 
 
 def test_pinned_query_counts_and_one_union_statement(django_assert_num_queries) -> None:  # noqa: ANN001
