@@ -78,6 +78,18 @@ def _model_field(element_type: str) -> str:
 
 NODE_KINDS = tuple(t for t in ELEMENT_MODELS if t in NODE_TYPES)  # junction, reservoir, tank
 LINK_KINDS = tuple(t for t in ELEMENT_MODELS if t not in NODE_TYPES)  # pipe, pump, valve
+ALL_KINDS = NODE_KINDS + LINK_KINDS
+
+
+def _pairs_sql(kinds: Sequence[str], alias: str = "") -> str:
+    """``(type = kind AND id = ANY(ids)) OR …``, one test per element type of ``kinds``, each type's ids a
+    parameter (``_ids``; a type not asked for gets an empty array): every call shares one statement."""
+    return " OR ".join(f"({alias}element_type = '{kind}' AND {alias}element_id = ANY(%s::text[]))" for kind in kinds)
+
+
+def _ids(elements: Sequence[ElementKey], kinds: Sequence[str]) -> list[list[str]]:
+    """The parameters of ``_pairs_sql(kinds)``: the requested ids of each element type, in ``kinds`` order."""
+    return [[k.element_id for k in elements if k.element_type == kind] for kind in kinds]
 
 
 def _page_sql(node_table: str, link_table: str, owner: str) -> str:
@@ -100,12 +112,11 @@ def _page_sql(node_table: str, link_table: str, owner: str) -> str:
            b.{field}::double precision, NULL::varchar(16)
     FROM {table} b
     WHERE b.{owner} = %s AND b.time >= %s AND b.time < %s AND ({pairs})"""
-    pairs = " OR ".join("(b.element_type = '{}' AND b.element_id = ANY(%s::text[]))" for _ in range(3))
     branches = [
         scada.format(rank=RAW, value="monitored_value", reading=reading, device=device),
         scada.format(rank=CLEANED, value="cleaned_value", reading=reading, device=device),
-        model.format(field="pressure", table=node_table, owner=owner, pairs=pairs.format(*NODE_KINDS)),
-        model.format(field="flow", table=link_table, owner=owner, pairs=pairs.format(*LINK_KINDS)),
+        model.format(field="pressure", table=node_table, owner=owner, pairs=_pairs_sql(NODE_KINDS, "b.")),
+        model.format(field="flow", table=link_table, owner=owner, pairs=_pairs_sql(LINK_KINDS, "b.")),
     ]
     return (
         "SELECT * FROM (" + "\n    UNION ALL".join(branches) + "\n) h\n"
@@ -131,12 +142,11 @@ def _page(
 ) -> Raw:
     """``limit`` rows of the union from ``offset``: the devices' measured and cleaned series, and the model
     series of ``elements`` — the baseline of the project, or (``run_pk``) the run's (none: ``[]``)."""
-    ids = {kind: [k.element_id for k in elements if k.element_type == kind] for kind in NODE_KINDS + LINK_KINDS}
     window = [start, end]
     owner = run_pk if run_pk is not None else scope.project_id
     params: list[Any] = [list(device_pks), scope.project_id, *window] * 2
-    params += [owner, *window, *(ids[k] for k in NODE_KINDS)]
-    params += [owner, *window, *(ids[k] for k in LINK_KINDS)]
+    params += [owner, *window, *_ids(elements, NODE_KINDS)]
+    params += [owner, *window, *_ids(elements, LINK_KINDS)]
     return Raw(_PAGE_SQL["run" if run_pk is not None else "baseline"], [*params, limit, offset], COLUMNS)
 
 
@@ -170,7 +180,7 @@ def _existing_sql() -> str:
     branches = [
         f"SELECT '{kind}'::varchar AS e_type, element_id AS e_id FROM {ELEMENT_MODELS[kind]._meta.db_table} "
         "WHERE project_id = %s AND element_id = ANY(%s::text[])"
-        for kind in NODE_KINDS + LINK_KINDS
+        for kind in ALL_KINDS
     ]
     return "\nUNION ALL ".join(branches) + "\nLIMIT %s"
 
@@ -181,23 +191,18 @@ _EXISTING_SQL = _existing_sql()
 def _existing(scope: QueryScope, elements: Sequence[ElementKey]) -> Raw:
     """The requested elements that exist in the project: one statement (``_existing_sql``; written out as
     the page is, for the same reason)."""
-    params: list[Any] = []
-    for kind in NODE_KINDS + LINK_KINDS:
-        params += [scope.project_id, [k.element_id for k in elements if k.element_type == kind]]
+    params = [p for ids in _ids(elements, ALL_KINDS) for p in (scope.project_id, ids)]
     return Raw(_EXISTING_SQL, [*params, MAX_ELEMENTS + 1], ("e_type", "e_id"))
 
 
 def _devices_sql() -> str:
-    """The SCADA devices on the requested elements, in ``device_id`` order: one ``(type, ids)`` test per
-    element type (a type not asked for gets an empty array), so every call shares one statement — an ORM
-    ``OR`` of the requested types was built and compiled per call (≈ 9 % of a maximal page's CPU,
-    ``mcp_app/README.md`` "Measuring")."""
-    pairs = " OR ".join(
-        f"(element_type = '{kind}' AND element_id = ANY(%s::text[]))" for kind in NODE_KINDS + LINK_KINDS
-    )
+    """The SCADA devices on the requested elements, in ``device_id`` order (``_pairs_sql``: an ORM ``OR`` of
+    the requested types was built and compiled per call, ≈ 9 % of a maximal page's CPU, ``mcp_app/README.md``
+    "Measuring")."""
     return (
         "SELECT id, device_id, quantity, unit, element_type, element_id, sample_interval_s "
-        f"FROM {ScadaDevice._meta.db_table} WHERE project_id = %s AND ({pairs}) ORDER BY device_id LIMIT %s"
+        f"FROM {ScadaDevice._meta.db_table} WHERE project_id = %s AND ({_pairs_sql(ALL_KINDS)}) "
+        "ORDER BY device_id LIMIT %s"
     )
 
 
@@ -207,14 +212,12 @@ _DEVICE_COLUMNS = ("pk", "device_id", "quantity", "unit", "element_type", "eleme
 
 def _devices(scope: QueryScope, elements: Sequence[ElementKey]) -> Raw:
     """Up to ``MAX_DEVICES + 1`` devices on ``elements`` (one more tells that there are too many)."""
-    ids = [[k.element_id for k in elements if k.element_type == kind] for kind in NODE_KINDS + LINK_KINDS]
-    return Raw(_DEVICES_SQL, [scope.project_id, *ids, MAX_DEVICES + 1], _DEVICE_COLUMNS)
+    return Raw(_DEVICES_SQL, [scope.project_id, *_ids(elements, ALL_KINDS), MAX_DEVICES + 1], _DEVICE_COLUMNS)
 
 
 def _coverage_sql(table: str, kinds: Sequence[str]) -> str:
     """See ``_baseline_coverage``. ``kinds``: the element types of the table (their ids are parameters)."""
-    pairs = " OR ".join(f"(element_type = '{kind}' AND element_id = ANY(%s::text[]))" for kind in kinds)
-    where = f"FROM {table} WHERE project_id = %s AND ({pairs})"
+    where = f"FROM {table} WHERE project_id = %s AND ({_pairs_sql(kinds)})"
     return (
         f"(SELECT DISTINCT 0 AS c_kind, time {where} AND time >= %s AND time < %s)\n"
         f"UNION ALL (SELECT 1, time {where} ORDER BY time LIMIT 1)\n"
@@ -238,7 +241,7 @@ def _baseline_coverage(scope: QueryScope, keys: Sequence[ElementKey], start: dat
     baseline when the first element is a node, else the links'."""
     nodes = keys[0].element_type in NODE_TYPES
     kinds = NODE_KINDS if nodes else LINK_KINDS
-    where = [scope.project_id, *([k.element_id for k in keys if k.element_type == kind] for kind in kinds)]
+    where = [scope.project_id, *_ids(keys, kinds)]
     # Bounded (R-PAGE-1): a 24 h window holds at most 1441 instants at the smallest step (60 s).
     return Raw(_COVERAGE_SQL[nodes], [*where, start, end, *where, *where, MAX_COVERAGE_ROWS], ("c_kind", "time"))
 
