@@ -89,3 +89,21 @@ def paged(
     total = yield from capped_total(counted, rows.query.order_by)
     items, has_more = yield from page_rows(rows, page, total, least_item_bytes)
     return total, items, has_more
+
+
+def paged_by(
+    count: Callable[[int], Statement],
+    read: Callable[[int], Statement],
+    page: PageRequest,
+    least_item_bytes: int | None = None,
+) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
+    """``paged`` for statements a service writes itself (e.g. statement factories): ``count(k)`` counts
+    at most ``k`` rows of the collection (in the page's order, see ``capped_total``), ``read(n)`` reads
+    ``n`` rows from the page's offset. Same total, page and ``has_more`` as ``paged``."""
+    cap = exact_total_max()
+    n = yield count(cap + 1)
+    total = int(n) if n <= cap else None
+    items, more = yield from budgeted_rows(read, page.limit, least_item_bytes, extra=0 if total is not None else 1)
+    if more is None:
+        more = page.offset + len(items) < total if total is not None else False
+    return total, items, more

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.gis.db.models import GeometryField, PointField
-from django.contrib.gis.geos import Point
-from django.db.models import BooleanField, CharField, Exists, F, Func, OuterRef, Q, Subquery, Value
+from django.db.models import BooleanField, CharField, Exists, F, FloatField, Func, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast
 
 from contexts.errors import InvalidParameter, NotFound
@@ -88,6 +87,26 @@ class Area:
             return {"layer_key": self.layer_key, "source_fid": self.source_fid}
         assert self.center is not None
         return {"center": list(self.center), "radius_m": self.radius_m}
+
+    @property
+    def kind(self) -> str:
+        """``district``, ``polygon`` (resolved: ``feature_pk`` set) or ``circle``."""
+        if self.district is not None:
+            return "district"
+        if self.layer_key is not None:
+            return "polygon"
+        return "circle"
+
+    def values(self) -> tuple[Any, ...]:
+        """What the filter of this kind of area binds: ``(district,)``, ``(feature_pk,)`` or
+        ``(lon, lat, radius_m)``."""
+        if self.district is not None:
+            return (self.district,)
+        if self.layer_key is not None:
+            assert self.feature_pk is not None, "resolve_area first"
+            return (self.feature_pk,)
+        assert self.center is not None and self.radius_m is not None
+        return (*self.center, self.radius_m)
 
     def ref(self) -> str:
         """The area as part of a ``source_ref``."""
@@ -180,26 +199,41 @@ def _polygon(feature_pk: int) -> Subquery:
     return Subquery(GisFeature.objects.filter(pk=feature_pk).values("geom")[:1], output_field=GeometryField(srid=4326))
 
 
-def _circle(geography: Any, area: Area) -> Func:
-    assert area.center is not None
-    point = Value(Point(*area.center, srid=4326), output_field=PointField(srid=4326, geography=True))
-    return Func(geography, point, Value(area.radius_m), Value(True), function="ST_DWithin", output_field=BooleanField())
+def _circle(geography: Any, lon: float, lat: float, radius_m: float) -> Func:
+    """``ST_DWithin(geography, centre, radius, true)`` with the centre made in SQL from its two numbers (so
+    each is one parameter of the statement, and a statement factory can bind them)."""
+    point = Func(
+        Value(lon, output_field=FloatField()),
+        Value(lat, output_field=FloatField()),
+        template="ST_SetSRID(ST_MakePoint(%(expressions)s), 4326)::geography",
+        output_field=PointField(srid=4326, geography=True),
+    )
+    return Func(geography, point, Value(radius_m), Value(True), function="ST_DWithin", output_field=BooleanField())
 
 
 def element_area(area: Area, project_id: int, element_type: str) -> Q | Func | Exists:
     """A filter on a network element model (``geom``/``geog``) for ``area``."""
-    if area.district is not None:
+    return element_area_of(area.kind, project_id, element_type, *area.values())
+
+
+def element_area_of(kind: str, project_id: int, element_type: str, *values: Any) -> Q | Func | Exists:
+    """``element_area`` from the area's ``kind`` and ``values`` (``Area.kind``, ``Area.values``): each value
+    reaches the SQL unchanged as one parameter, for statement factories."""
+    if kind == "district":
+        (district,) = values
         return Exists(
             ElementGisProperties.objects.filter(
                 project_id=project_id,
                 element_type=element_type,
                 element_id=OuterRef("element_id"),
-                district=area.district,
+                district=district,
             )
         )
-    if area.feature_pk is not None:
-        return Func(F("geom"), _polygon(area.feature_pk), function="ST_Intersects", output_field=BooleanField())
-    return _circle(F("geog"), area)
+    if kind == "polygon":
+        (feature_pk,) = values
+        return Func(F("geom"), _polygon(feature_pk), function="ST_Intersects", output_field=BooleanField())
+    lon, lat, radius_m = values
+    return _circle(F("geog"), lon, lat, radius_m)
 
 
 def device_area(area: Area, project_id: int) -> Q | Func | Exists:
@@ -215,4 +249,5 @@ def device_area(area: Area, project_id: int) -> Q | Func | Exists:
         )
     if area.feature_pk is not None:
         return Func(F("location"), _polygon(area.feature_pk), function="ST_Intersects", output_field=BooleanField())
-    return _circle(Cast("location", PointField(srid=4326, geography=True)), area)
+    assert area.center is not None and area.radius_m is not None
+    return _circle(Cast("location", PointField(srid=4326, geography=True)), *area.center, area.radius_m)

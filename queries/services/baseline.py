@@ -27,7 +27,7 @@ from contexts.scope import QueryScope
 from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
 from queries.paging import paged
-from queries.plan import Plan, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.baseline import (
     BaselineAtTime,
     BaselineAtTimeResult,
@@ -103,6 +103,25 @@ def _around(qs: QuerySet[Any], time: datetime, columns: Sequence[str]) -> QueryS
     before = qs.filter(time__lte=time).order_by("-time").values("time", *columns)[:1]
     after = qs.filter(time__gt=time).order_by("time").values("time", *columns)[:1]
     return before.union(after, all=True)[:2]
+
+
+@statement_factory(static=2)
+def type_instants(element_type: str, columns: tuple[str, ...], project_id: int, time: datetime) -> QuerySet[Any]:
+    """``_around`` among a project's elements of a type: a statement factory, so the union is compiled
+    once per (type, columns) and afterwards only bound (``mcp_app.statement_cache``)."""
+    return _around(_model(element_type).objects.filter(project_id=project_id, element_type=element_type), time, columns)
+
+
+@statement_factory(static=2)
+def element_instants(
+    element_type: str, columns: tuple[str, ...], project_id: int, element_id: str, time: datetime
+) -> QuerySet[Any]:
+    """``_around`` for one element (its ``columns`` at those instants), as a statement factory."""
+    return _around(
+        _model(element_type).objects.filter(project_id=project_id, element_type=element_type, element_id=element_id),
+        time,
+        columns,
+    )
 
 
 def _instant(rows: list[dict[str, Any]], time: datetime, what: str) -> dict[str, Any]:
@@ -266,13 +285,7 @@ def get_model_baseline_at_time(
     One query (the instant at or before and the one after, to tell "past the end" from "in range")."""
     names = list(fields_of(element_type))
     asked = _aware(time)
-    rows = yield _around(
-        _model(element_type).objects.filter(
-            project_id=scope.project_id, element_type=element_type, element_id=element_id
-        ),
-        asked,
-        names,
-    )
+    rows = yield element_instants(element_type, tuple(names), scope.project_id, element_id, asked)
     row = _instant(rows, asked, f"{element_type} {element_id}")
     return BaselineAtTimeResult(
         source=SOURCE,
@@ -299,10 +312,9 @@ def query_model_baseline_field(
     one page ordered by element id, with the total. Three queries: the instant, the count, the page."""
     _check_fields(element_type, [field])
     asked = _aware(time)
-    base = _model(element_type).objects.filter(project_id=scope.project_id, element_type=element_type)
-    instants = yield _around(base, asked, ())
+    instants = yield type_instants(element_type, (), scope.project_id, asked)
     instant = _instant(instants, asked, f"{element_type} elements")["time"]
-    at = base.filter(time=instant)
+    at = _model(element_type).objects.filter(project_id=scope.project_id, element_type=element_type, time=instant)
     ordered = at.order_by("element_id").values_list("element_id", field)
     total, rows, has_more = yield from paged(at, ordered, page, _LEAST_FIELD_VALUE_BYTES)
     items = fitting(rows, lambda row: BaselineFieldValue(element_id=row[0], value=row[1]))  # only what can fit

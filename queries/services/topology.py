@@ -34,7 +34,6 @@ from queries.models import (
     LINK_TYPES,
     Junction,
     LinkBaseline,
-    NodeBaseline,
     Pipe,
     Pump,
     Reservoir,
@@ -52,7 +51,7 @@ from queries.schemas.topology import (
     TraceElement,
     TraceEnd,
 )
-from queries.services.baseline import _around, _aware, _instant
+from queries.services.baseline import _aware, _instant, element_instants
 
 MAX_DEPTH = 3
 DEFAULT_CONNECTED_LIMIT = 100
@@ -366,10 +365,7 @@ def trace_flow_path(
         raise NotFound(f"No {element_type} with that id in this project.", details={"field": "element_id"})
     start = rows[0]
     is_link = element_type in LINK_TYPES
-    own = (LinkBaseline if is_link else NodeBaseline).objects.filter(
-        project_id=scope.project_id, element_type=element_type, element_id=element_id
-    )
-    instants = yield _around(own, asked, ("flow",) if is_link else ())
+    instants = yield element_instants(element_type, ("flow",) if is_link else (), scope.project_id, element_id, asked)
     at = _instant(instants, asked, f"{element_type} {element_id}")
     instant = at["time"]
     if is_link:

@@ -113,6 +113,57 @@ def test_every_tool_gives_the_same_result_on_both_drivers(demo_loaded: None) -> 
     assert any(isinstance(part, tuple) and len(part) == 2 and part[1] is datetime for k in cached_keys for part in k)
 
 
+def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -> None:
+    """``rank_model_baseline``'s instant, count and page are statement factories (its area is a subquery the
+    shape cache cannot key): for the whole type, a district and a circle the driver proves each factory's
+    SQL once and afterwards only binds — the second round compiles nothing — and every answer is
+    ``run_sync``'s. A polygon's statements (its feature is made in this test's transaction, which the
+    driver's connection cannot see) are proved directly."""
+    from queries.services.baseline import type_instants
+    from queries.services.ranking import _rank_count, _rank_page
+
+    scope = demo_scope()
+    at = "2026-11-01T09:00:00Z"
+    circle = {"center": [117.2, 39.1], "radius_m": 2000}
+    calls = [
+        {"element_type": "junction", "field": "pressure", "time": at, "limit": 50},
+        {"element_type": "junction", "field": "pressure", "time": at, "area": {"district": "Hexi"}},
+        {"element_type": "pipe", "field": "flow", "time": at, "order": "desc", "area": circle},
+    ]
+    tool = next(t for t in all_tools() if t.name == "rank_model_baseline")
+    expected = [outcome(lambda args=args: run_sync(tool.invoke(scope, args))) for args in calls]
+    assert all(kind == "ok" and got["data"]["items"] for kind, got in expected)
+
+    async def run_async() -> tuple[list[list[tuple[str, Any]]], list[int], StatementCompiler]:
+        db = QueryDatabase(size=2, budget_s=30, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            rounds, misses = [], []
+            for _round in range(2):
+                rounds.append([await outcome_async(db, tool.invoke(scope, args)) for args in calls])
+                misses.append(db.compiler.misses)
+            return rounds, misses, db.compiler
+        finally:
+            await db.close()
+
+    rounds, misses, compiler = asyncio.run(run_async())
+    assert rounds == [expected, expected]
+    assert misses[1] == misses[0], "the second round compiled statements again"
+    proved = {key[0]: compiled for key, compiled in compiler._factories.items()}
+    for factory in (type_instants, _rank_count, _rank_page):
+        assert isinstance(proved.get(factory), CompiledFactory), f"{factory} is built on every call"
+    kinds = {key[1][3] for key in compiler._factories if key[0] is _rank_page}
+    assert kinds == {"all", "district", "circle"}
+    assert all(isinstance(c, CompiledFactory) for key, c in compiler._factories.items() if key[0] is _rank_page)
+    when = datetime.fromisoformat(at)
+    for factory, bound in ((_rank_count, 10_001), (_rank_page, 11)):
+        polygon = CompiledFactory(
+            lambda *values, f=factory, n=bound: f.fn("junction", "head", "asc", "polygon", n, *values),
+            scope.project_id, when, 7,
+        )  # fmt: skip
+        assert "ST_Intersects" in polygon.sql and polygon.bind(scope.project_id, when, 8).params.count(8) == 1
+
+
 def test_cached_shapes_rebind_values_not_sql() -> None:
     """Two statements of one shape share SQL and differ in parameters only — including the page,
     which Django inlines as literals and the driver binds."""
