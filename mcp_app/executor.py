@@ -21,9 +21,9 @@ plans here, on the event loop, on a psycopg ``AsyncConnectionPool`` of its own:
 - **session-level read-only and budget** — ``default_transaction_read_only=on`` and
   ``statement_timeout`` are set in the connection's start-up packet: no BEGIN/SET/COMMIT round trips.
   The budget is the whole call's, not each statement's (issue 23 item 12): a plan's first statement
-  runs under the session's timeout (the whole budget), each later one under what is left of it (one
-  ``set_config`` before it), and the session's value is restored before the connection goes back
-  (``Execution``);
+  runs under the session's timeout (the whole budget), each later one under what is left of it — the
+  driver stops it in PostgreSQL (a cancel request) when that runs out, so the session's timeout is never
+  changed and no ``set_config``/``RESET`` round trip is spent per statement (``Execution``);
   Statements run in autocommit: a plan that yields several statements (a count and a page) reads one
   snapshot per statement. Accepted for the current families — the network model changes only by a
   re-import, so at worst one call's ``total`` and page straddle an import, and the result says when it
@@ -103,9 +103,11 @@ class Execution:
 
     The query budget (``budget_s``; by default the ``db``'s) is the call's, counted from here: the first
     guarded statement runs under the session's ``statement_timeout`` (the whole budget), each later one
-    under what is left (``set_config`` in the same task as the statement), none starts once nothing is
-    left (``QUERY_TIMEOUT``), and ``run_plan`` restores the session's value before the connection goes
-    back (``restore_timeout``)."""
+    until what is left runs out — then it is cancelled in PostgreSQL and the call gets ``QUERY_TIMEOUT``
+    (``_guarded``; the session's timeout stays the backstop if the cancel cannot be sent) — and none
+    starts once nothing is left (``QUERY_TIMEOUT``). The session's timeout is never changed: a
+    ``set_config`` before each later statement and a ``RESET`` after the plan cost two round trips
+    (``mcp_app/README.md`` "Measuring")."""
 
     def __init__(
         self, conn: psycopg.AsyncConnection[Any], db: QueryDatabase | None = None, *, budget_s: float | None = None
@@ -118,39 +120,49 @@ class Execution:
         budget = budget_s if budget_s is not None else (db.budget_s if db is not None else None)
         self.deadline = time.monotonic() + budget if budget is not None else None
         self.statements = 0  # guarded statements started
-        self.timeout_changed: psycopg.AsyncConnection[Any] | None = None  # the connection whose timeout was set
 
     @telemetry.traced_statement
-    async def _fetch(self, sql: str, params: tuple[Any, ...], timeout_ms: int | None = None) -> list[Any]:
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         assert self.conn is not None  # set for as long as statements run
         cursor = _cursor(self.conn)
-        if timeout_ms is not None:
-            self.timeout_changed = self.conn
-            await cursor.execute("SELECT set_config('statement_timeout', %s, false)", (f"{timeout_ms}ms",))
         await cursor.execute(sql, params)
         result = cursor.pgresult
         return await cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
 
-    async def _guarded(self, compiled: Compiled, timeout_ms: int | None = None) -> list[Any]:
-        task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params, timeout_ms))
+    async def _guarded(self, compiled: Compiled, timeout_s: float | None = None) -> list[Any]:
+        """The statement in a task of its own; with ``timeout_s`` (what is left of the call's budget) it
+        is stopped in PostgreSQL when that runs out, as its own ``statement_timeout`` would have stopped
+        it, and the call gets ``QUERY_TIMEOUT``."""
+        task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params))
         try:
-            return await asyncio.shield(task)
+            if timeout_s is None:
+                return await asyncio.shield(task)
+            await asyncio.wait((task,), timeout=timeout_s)  # never cancels the task itself
         except asyncio.CancelledError:
             self.cancelled = True
-            with anyio.CancelScope(shield=True):
-                if not task.done() and self.conn is not None:
-                    try:
-                        await self.conn.cancel_safe(timeout=2.0)
-                        self.cancel_sent = True
-                        metrics.STATEMENT_CANCELLATIONS.inc()
-                    except Exception as exc:  # the statement timeout still bounds it
-                        logger.warning("statement cancel failed error_class=%s", type(exc).__name__)
-                # The slot and the connection are given back only once the statement has stopped.
-                try:
-                    await task
-                except BaseException:  # noqa: BLE001 - QueryCanceled is what we expect
-                    pass
+            await self._stop(task, metrics.STATEMENT_CANCELLATIONS)
             raise
+        if not task.done():  # no later statement starts either: the deadline has passed (remaining_ms)
+            await self._stop(task, metrics.STATEMENT_DEADLINE_STOPS)
+            if task.cancelled() or task.exception() is not None:
+                raise QueryTimeout()
+        return task.result()
+
+    async def _stop(self, task: asyncio.Future[Any], counter: Any) -> None:
+        """Cancel the running statement in PostgreSQL and wait (shielded) until it has stopped: the slot
+        and the connection are given back only then."""
+        with anyio.CancelScope(shield=True):
+            if not task.done() and self.conn is not None:
+                try:
+                    await self.conn.cancel_safe(timeout=2.0)
+                    self.cancel_sent = True
+                    counter.inc()
+                except Exception as exc:  # the session's statement timeout still bounds it
+                    logger.warning("statement cancel failed error_class=%s", type(exc).__name__)
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - QueryCanceled is what we expect
+                pass
 
     async def run(self, compiled: Compiled, *, guarded: bool = True) -> Any:
         """Run one compiled statement. ``guarded`` (tool queries): in a task of its own, so that a
@@ -161,15 +173,15 @@ class Execution:
             raise CallCancelled
         if compiled.shape is None:  # nothing can match: no SQL to run
             return compiled.empty
-        timeout_ms = None
+        timeout_s = None
         if guarded and self.deadline is not None:
             left = remaining_ms(self.deadline)  # QUERY_TIMEOUT when nothing is left
-            timeout_ms = left if self.statements else None  # the first runs under the session's (whole) budget
+            timeout_s = left / 1000 if self.statements else None  # the first runs under the session's budget
             self.statements += 1
         while True:
             try:
                 if guarded:
-                    raw = await self._guarded(compiled, timeout_ms)
+                    raw = await self._guarded(compiled, timeout_s)
                 else:
                     raw = await self._fetch(compiled.sql, compiled.params)
                 return compiled.shape.rows(raw)
@@ -184,19 +196,6 @@ class Execution:
                 self.replaced, self.conn = True, None
                 self.conn = await self.db.replace_broken(broken)  # DataSourceUnavailable when none comes
 
-    async def restore_timeout(self) -> None:
-        """Give the connection its session ``statement_timeout`` back (a later call's first statement
-        runs under it), shielded; a connection that cannot be reset is closed (the pool replaces it)."""
-        conn, self.timeout_changed = self.timeout_changed, None
-        if conn is None or conn.closed:
-            return
-        with anyio.CancelScope(shield=True):
-            try:
-                await conn.execute("RESET statement_timeout")
-            except psycopg.Error as exc:
-                logger.warning("statement timeout reset failed error_class=%s", type(exc).__name__)
-                await conn.close()
-
 
 async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompiler) -> R:
     """Drive a plan to completion on one connection; return the service's result."""
@@ -209,5 +208,3 @@ async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompi
         return stop.value  # type: ignore[no-any-return]
     finally:
         plan.close()
-        if execution.timeout_changed is not None:
-            await execution.restore_timeout()

@@ -81,6 +81,10 @@ STATEMENT_CANCELLATIONS = Counter(
     "tjwater_mcp_statement_cancellations",
     "Running PostgreSQL statements cancelled because their call was cancelled (client gone).",
 )
+STATEMENT_DEADLINE_STOPS = Counter(
+    "tjwater_mcp_statement_deadline_stops",
+    "Running PostgreSQL statements cancelled because their call's query budget ran out (QUERY_TIMEOUT).",
+)
 DB_POOL_SIZE = Gauge(
     "tjwater_mcp_db_pool_connections",
     "Connections of the /mcp query pool, by state (sampled every few seconds).",
