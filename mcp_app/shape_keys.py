@@ -34,9 +34,10 @@ class _NotCacheable(Exception):
 
 
 def _sentinel_like(value: Any, n: int, family: int = 0, avoid: frozenset[Any] = frozenset()) -> Any:
-    """A sentinel of ``value``'s type (and, for a datetime, its time zone), from one of three families
+    """A sentinel of ``value``'s type (and, for a datetime, its time zone), from one of the families
     (``CompiledFactory``): 0 large, 1 negative or far in the other direction, 2 small — never a value in
-    ``avoid``."""
+    ``avoid`` — and 3, family 1 with *far positive* integers, for a factory that refuses negative ones
+    (Django refuses a negative slice bound)."""
     sentinel = _sentinel(type(value), n, family, avoid)
     if type(value) is datetime:
         sentinel = sentinel.replace(tzinfo=value.tzinfo)
@@ -45,6 +46,10 @@ def _sentinel_like(value: Any, n: int, family: int = 0, avoid: frozenset[Any] = 
 
 def _sentinel(kind: type, n: int, family: int = 0, avoid: frozenset[Any] = frozenset()) -> Any:
     """A value of the same type as a filter value, unique within one statement (fits int4 and text)."""
+    if family == 3:
+        if kind is int:
+            return 2_000_003_000 + n  # still an int4
+        family = 1
     if family == 2:  # small values: what a clamp or a threshold leaves alone when the large ones are cut
         step = 0
         while True:

@@ -304,7 +304,9 @@ class CompiledFactory:
     compiled factory), and uses every argument.
 
     Proved at creation by compiling the example and three sentinel sets (large, negative or far, and
-    small values that avoid every constant seen): the SQL must be identical in all four; every parameter
+    small values that avoid every constant seen; a factory that refuses negative integers — a slice bound,
+    ``qs[offset : offset + rows]`` — gets far positive ones instead, and ``bind`` then refuses negative
+    ones with the same ``ValueError`` building would raise): the SQL must be identical in all four; every parameter
     must be the same argument in all three sentinel compiles (and equal the example's value), or the
     same constant in all four (e.g. the bound LIMIT; a constant equal to one of the example's arguments
     is accepted only because the small sentinels, whose values differ, gave it too); and every argument
@@ -319,7 +321,18 @@ class CompiledFactory:
         large = [_sentinel_like(a, i, 0) for i, a in enumerate(example)]
         far = [_sentinel_like(a, i, 1) for i, a in enumerate(example)]
         real = _compile_whole(factory(*example))
-        probes = [_compile_whole(factory(*large)), _compile_whole(factory(*far))]
+        self.non_negative = False
+        try:
+            far_statement = factory(*far)
+        except ValueError:
+            # A factory that refuses negative integers (a slice bound: "Negative indexing is not supported")
+            # is probed with far positive ones instead, and ``bind`` refuses negative ones as building would.
+            if not any(type(a) is int and a < 0 for a in far):
+                raise
+            far = [_sentinel_like(a, i, 3) for i, a in enumerate(example)]
+            far_statement = factory(*far)
+            self.non_negative = True
+        probes = [_compile_whole(factory(*large)), _compile_whole(far_statement)]
         constants = frozenset(
             (type(p), p)
             for p, q in zip(probes[0].params, probes[1].params, strict=False)
@@ -351,6 +364,8 @@ class CompiledFactory:
     def bind(self, *args: Any) -> Compiled:
         if tuple(type(a) for a in args) != self.kinds:
             raise TypeError("factory arguments of other types than the example's")
+        if self.non_negative and any(type(a) is int and a < 0 for a in args):
+            raise ValueError("a negative integer for a factory that refuses them (e.g. a slice bound)")
         params = tuple(args[m] if type(m) is int else m[0] for m in self.param_map)  # type: ignore[index]
         return Compiled(self.sql, params, self.shape)
 

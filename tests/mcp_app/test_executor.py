@@ -113,26 +113,14 @@ def test_every_tool_gives_the_same_result_on_both_drivers(demo_loaded: None) -> 
     assert any(isinstance(part, tuple) and len(part) == 2 and part[1] is datetime for k in cached_keys for part in k)
 
 
-def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -> None:
-    """``rank_model_baseline``'s instant, count and page are statement factories (its area is a subquery the
-    shape cache cannot key): for the whole type, a district and a circle the driver proves each factory's
-    SQL once and afterwards only binds — the second round compiles nothing — and every answer is
-    ``run_sync``'s. A polygon's statements (its feature is made in this test's transaction, which the
-    driver's connection cannot see) are proved directly."""
-    from queries.services.baseline import type_instants
-    from queries.services.ranking import _rank_count, _rank_page
-
+def _bound_not_built(tool_name: str, calls: list[dict[str, Any]]) -> StatementCompiler:
+    """Run ``calls`` of a tool through ``run_sync`` and twice through the async driver: the answers must be
+    the same, and the second round must compile nothing (every statement bound from a proved shape or
+    factory). The driver's compiler, for what it proved."""
     scope = demo_scope()
-    at = "2026-11-01T09:00:00Z"
-    circle = {"center": [117.2, 39.1], "radius_m": 2000}
-    calls = [
-        {"element_type": "junction", "field": "pressure", "time": at, "limit": 50},
-        {"element_type": "junction", "field": "pressure", "time": at, "area": {"district": "Hexi"}},
-        {"element_type": "pipe", "field": "flow", "time": at, "order": "desc", "area": circle},
-    ]
-    tool = next(t for t in all_tools() if t.name == "rank_model_baseline")
+    tool = next(t for t in all_tools() if t.name == tool_name)
     expected = [outcome(lambda args=args: run_sync(tool.invoke(scope, args))) for args in calls]
-    assert all(kind == "ok" and got["data"]["items"] for kind, got in expected)
+    assert all(kind == "ok" and got["data"]["items"] for kind, got in expected), expected
 
     async def run_async() -> tuple[list[list[tuple[str, Any]]], list[int], StatementCompiler]:
         db = QueryDatabase(size=2, budget_s=30, checkout_timeout_s=5, connect_timeout_s=5)
@@ -149,19 +137,71 @@ def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -
     rounds, misses, compiler = asyncio.run(run_async())
     assert rounds == [expected, expected]
     assert misses[1] == misses[0], "the second round compiled statements again"
-    proved = {key[0]: compiled for key, compiled in compiler._factories.items()}
-    for factory in (type_instants, _rank_count, _rank_page):
-        assert isinstance(proved.get(factory), CompiledFactory), f"{factory} is built on every call"
-    kinds = {key[1][3] for key in compiler._factories if key[0] is _rank_page}
-    assert kinds == {"all", "district", "circle"}
-    assert all(isinstance(c, CompiledFactory) for key, c in compiler._factories.items() if key[0] is _rank_page)
+    return compiler
+
+
+def _proved(compiler: StatementCompiler, factory: Any) -> list[tuple[Any, ...]]:
+    """The static arguments of ``factory``'s shapes the compiler proved; fails if one could not be."""
+    keys = [key for key in compiler._factories if key[0] is factory]
+    assert keys, f"{factory} was not used"
+    assert all(isinstance(compiler._factories[key], CompiledFactory) for key in keys), f"{factory} is built per call"
+    return [key[1] for key in keys]
+
+
+def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -> None:
+    """``rank_model_baseline``'s instant, count and page are statement factories (its area is a subquery the
+    shape cache cannot key): for the whole type, a district and a circle the driver proves each factory's
+    SQL once and afterwards only binds, with ``run_sync``'s answers. A polygon's statements (its feature is
+    made in this test's transaction, which the driver's connection cannot see) are proved directly."""
+    from queries.services.baseline import type_instants
+    from queries.services.ranking import _rank_count, _rank_page
+
+    at = "2026-11-01T09:00:00Z"
+    circle = {"center": [117.2, 39.1], "radius_m": 2000}
+    compiler = _bound_not_built(
+        "rank_model_baseline",
+        [
+            {"element_type": "junction", "field": "pressure", "time": at, "limit": 50},
+            {"element_type": "junction", "field": "pressure", "time": at, "area": {"district": "Hexi"}},
+            {"element_type": "pipe", "field": "flow", "time": at, "order": "desc", "area": circle},
+        ],
+    )
+    _proved(compiler, type_instants)
+    _proved(compiler, _rank_count)
+    assert {static[3] for static in _proved(compiler, _rank_page)} == {"all", "district", "circle"}
     when = datetime.fromisoformat(at)
+    project_id = demo_scope().project_id
     for factory, bound in ((_rank_count, 10_001), (_rank_page, 11)):
         polygon = CompiledFactory(
             lambda *values, f=factory, n=bound: f.fn("junction", "head", "asc", "polygon", n, *values),
-            scope.project_id, when, 7,
+            project_id, when, 7,
         )  # fmt: skip
-        assert "ST_Intersects" in polygon.sql and polygon.bind(scope.project_id, when, 8).params.count(8) == 1
+        assert "ST_Intersects" in polygon.sql and polygon.bind(project_id, when, 8).params.count(8) == 1
+
+
+def test_element_pages_are_bound_not_built(demo_loaded: None) -> None:
+    """``list_elements``' count and page are statement factories, the page's offset and row count bound as
+    values (a slice bound: proved with far positive sentinels, negative ones refused at bind as Django
+    refuses them): first and later pages, nodes and links, with ``run_sync``'s answers."""
+    from queries.services.network import _element_count, _element_page, _element_page_at
+
+    compiler = _bound_not_built(
+        "list_elements",
+        [
+            {"element_type": "junction", "limit": 500},
+            {"element_type": "junction", "limit": 20, "offset": 40},
+            {"element_type": "pipe", "limit": 7, "offset": 3000},
+            {"element_type": "tank", "limit": 20},
+        ],
+    )
+    assert {static[0] for static in _proved(compiler, _element_count)} == {"junction", "pipe", "tank"}
+    assert {static[0] for static in _proved(compiler, _element_page)} == {"junction", "tank"}
+    assert {static[0] for static in _proved(compiler, _element_page_at)} == {"junction", "pipe"}
+    at = next(c for k, c in compiler._factories.items() if k[0] is _element_page_at and k[1] == ("pipe",))
+    assert isinstance(at, CompiledFactory) and at.non_negative
+    assert at.bind(1, 3000, 8).params[-2:] == (8, 3000)  # LIMIT rows OFFSET offset
+    with pytest.raises(ValueError):
+        at.bind(1, -1, 8)
 
 
 def test_cached_shapes_rebind_values_not_sql() -> None:
