@@ -204,6 +204,26 @@ def test_element_pages_are_bound_not_built(demo_loaded: None) -> None:
         at.bind(1, -1, 8)
 
 
+def test_baseline_field_pages_are_bound_not_built(demo_loaded: None) -> None:
+    """``query_model_baseline_field``'s instant, count and page are statement factories: first and later
+    pages, nodes and links, with ``run_sync``'s answers, nothing compiled on the second round."""
+    from queries.services.baseline import _field_count, _field_page, _field_page_at, type_instants
+
+    at = "2026-11-01T09:00:00Z"
+    compiler = _bound_not_built(
+        "query_model_baseline_field",
+        [
+            {"element_type": "junction", "field": "pressure", "time": at, "limit": 500},
+            {"element_type": "junction", "field": "head", "time": at, "limit": 20, "offset": 100},
+            {"element_type": "pipe", "field": "flow", "time": "2026-11-01T09:05:00Z", "limit": 30},
+        ],
+    )
+    assert {static[0] for static in _proved(compiler, type_instants)} == {"junction", "pipe"}
+    assert {static[0] for static in _proved(compiler, _field_count)} == {"junction", "pipe"}
+    assert set(_proved(compiler, _field_page)) == {("junction", "pressure"), ("pipe", "flow")}
+    assert set(_proved(compiler, _field_page_at)) == {("junction", "head")}
+
+
 def test_cached_shapes_rebind_values_not_sql() -> None:
     """Two statements of one shape share SQL and differ in parameters only — including the page,
     which Django inlines as literals and the driver binds."""
