@@ -207,11 +207,13 @@ class Dispatcher:
             with InlineBudget(None if entry.spec.item_parts else max_bytes) as budget:
                 result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
             dumped = result.model_dump(mode="json")
-            if budget.build_whole(json_size(dumped)):
+            size = json_size(dumped)  # measured once: the cut starts from it
+            if budget.build_whole(size):
                 # Presented, the items built fit after all (unit scaling shortened numbers): the page
                 # has more than was built, so build it whole (rare; never a short page as if whole).
                 result = await self._run(call, entry, scope, args, session if progress else None)
                 dumped = result.model_dump(mode="json")
+                size = json_size(dumped)
             structured = fit_inline(
                 dumped,
                 args,
@@ -220,6 +222,7 @@ class Dispatcher:
                 item_parts=entry.spec.item_parts,
                 series_start=entry.spec.series_start,
                 page_holder=entry.spec.page_holder,
+                size=size,
             )
             rows = _row_count(structured)
             # The wire form of a CallToolResult, built once: the SDK's kernel validates it against the

@@ -192,13 +192,15 @@ def fit_inline(
     item_parts: bool = False,
     series_start: str | None = None,
     page_holder: Sequence[str] = ("data",),
+    size: int | None = None,
 ) -> dict[str, Any]:
     """R-PAGE-5 for a plain call: the result as it fits ``max_bytes`` (see the module docstring). With
-    the tool's input ``validator`` every continuation is checked to be a valid call."""
+    the tool's input ``validator`` every continuation is checked to be a valid call. ``size``: the
+    result's ``json_size`` when the caller has measured it already."""
     part = arguments.get("part") if item_parts else None
     if part is not None:
         return _fit_part(structured, arguments, part, max_bytes, validator)
-    if json_size(structured) <= max_bytes:
+    if (json_size(structured) if size is None else size) <= max_bytes:
         return structured
     rest = _without_handle(arguments)
     data = structured.get("data")
