@@ -1,7 +1,10 @@
 """One page of a collection, cut in SQL, with a total that stays cheap at any size (R-PAGE-1, issue 25).
 
-Every collection tool that pages a queryset takes its total and its page from here (``paged``), as plan
-fragments (``total, items, has_more = yield from paged(…)``), so they all behave the same:
+Every collection tool takes its total and its page from here, as plan fragments, so they all behave the
+same: a collection declared once with ``@collection`` (its ordered ``.values()`` queryset as a function of
+the call's values) is paged with ``total, items, has_more = yield from page_of(…)`` — its count and its
+rows are statement factories, compiled once per shape and afterwards only bound on the MCP hot path;
+``paged_by`` takes any two statements a service writes itself:
 
 - the total is counted with a cap: ``SELECT COUNT(*) FROM (… LIMIT cap + 1)``, which reads at most
   ``cap + 1`` rows. Up to ``TJWATER_EXACT_TOTAL_MAX`` rows it is the exact ``total``; above it ``total`` is
@@ -18,13 +21,14 @@ output schema says when ``total`` is null.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db.models import QuerySet
 
 from queries.fitting import read_all_fetched, rows_to_fetch
-from queries.plan import Statement, count_of
+from queries.plan import Built, Statement, StatementFactory, count_of
 from queries.schemas.common import PageRequest
 
 #: Above this many rows a collection's ``total`` is null (``TJWATER_EXACT_TOTAL_MAX``; measured, see the
@@ -34,19 +38,6 @@ EXACT_TOTAL_MAX = 10_000
 
 def exact_total_max() -> int:
     return int(getattr(settings, "TJWATER_EXACT_TOTAL_MAX", EXACT_TOTAL_MAX))
-
-
-def capped_total(counted: QuerySet[Any], ordering: Sequence[Any] = ()) -> Generator[Statement, Any, int | None]:
-    """The number of rows of ``counted`` when at most ``exact_total_max()``, else None (one statement
-    that reads at most that many rows plus one).
-
-    The rows are read in ``ordering`` — the page's own order (``paged``) — so the count takes the page's
-    index path and stops after ``cap + 1`` rows of it. Without an order the LIMIT makes a sequential scan
-    look cheapest, and a collection much smaller than its table is then read whole (the demo's junctions
-    among the scale network's: measured in ``mcp_app/README.md``, "Measuring")."""
-    cap = exact_total_max()
-    n = yield count_of(counted.order_by(*ordering).values("pk")[: cap + 1])
-    return int(n) if n <= cap else None
 
 
 def budgeted_rows(
@@ -67,39 +58,17 @@ def budgeted_rows(
     return list(fetched[:limit]), (len(fetched) > limit if extra else None)
 
 
-def page_rows(
-    rows: QuerySet[Any], page: PageRequest, total: int | None, least_item_bytes: int | None = None
-) -> Generator[Statement, Any, tuple[list[Any], bool]]:
-    """The page of ``rows`` (ordered, ``.values()``) and an exact ``has_more``: from ``total`` when known,
-    else from one row read beyond the page (``budgeted_rows``: under the inline budget with
-    ``least_item_bytes``, only the rows that can fit)."""
-    items, more = yield from budgeted_rows(
-        lambda n: rows[page.offset : page.offset + n], page.limit, least_item_bytes, extra=0 if total is not None else 1
-    )
-    if more is None:
-        more = page.offset + len(items) < total if total is not None else False
-    return items, more
-
-
-def paged(
-    counted: QuerySet[Any], rows: QuerySet[Any], page: PageRequest, least_item_bytes: int | None = None
-) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
-    """``(total, items, has_more)`` of one page: the capped total of ``counted`` (read in the order of
-    ``rows``), then the page of ``rows`` (two statements; ``least_item_bytes``: see ``page_rows``)."""
-    total = yield from capped_total(counted, rows.query.order_by)
-    items, has_more = yield from page_rows(rows, page, total, least_item_bytes)
-    return total, items, has_more
-
-
 def paged_by(
     count: Callable[[int], Statement],
     read: Callable[[int], Statement],
     page: PageRequest,
     least_item_bytes: int | None = None,
 ) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
-    """``paged`` for statements a service writes itself (e.g. statement factories): ``count(k)`` counts
-    at most ``k`` rows of the collection (in the page's order, see ``capped_total``), ``read(n)`` reads
-    ``n`` rows from the page's offset. Same total, page and ``has_more`` as ``paged``."""
+    """``(total, items, has_more)`` of one page from two statements the caller writes: ``count(k)`` counts
+    at most ``k`` rows of the collection (in the page's order: see ``collection``), ``read(n)`` reads
+    ``n`` rows from the page's offset (``budgeted_rows``: under the inline budget with
+    ``least_item_bytes``, only the rows that can fit). The total is exact up to ``exact_total_max()``,
+    else None; ``has_more`` is always exact."""
     cap = exact_total_max()
     n = yield count(cap + 1)
     total = int(n) if n <= cap else None
@@ -107,3 +76,68 @@ def paged_by(
     if more is None:
         more = page.offset + len(items) < total if total is not None else False
     return total, items, more
+
+
+@dataclass(frozen=True, slots=True)
+class Collection:
+    """An ordered collection's three statement factories (``collection``): its capped count, its first
+    rows and its rows from an offset. Each is proved once per shape by the MCP driver and afterwards only
+    bound (``mcp_app.statement_cache.CompiledFactory``): no queryset is built per call — building the
+    count and the page was 15–19 % of a maximal page's CPU (``mcp_app/README.md`` "Measuring", seventh
+    session)."""
+
+    count: StatementFactory
+    first: StatementFactory
+    at: StatementFactory
+    static: int
+
+
+def collection(static: int = 0) -> Callable[[Callable[..., QuerySet[Any]]], Collection]:
+    """Declare an ordered collection: ``@collection(static=n)`` on ``rows(*shape, *values)``, which builds
+    the collection's ordered ``.values()`` queryset from ``n`` shape arguments (hashable; e.g. the
+    element type) and values that each reach the SQL unchanged (the statement-factory rules,
+    ``queries.plan.statement_factory``). Page it with ``page_of``."""
+
+    def declare(rows: Callable[..., QuerySet[Any]]) -> Collection:
+        name = getattr(rows, "__qualname__", "collection")
+
+        def count(*args: Any) -> Built:  # (*shape, most, *values)
+            # In the page's own order, so the count takes the page's index path and stops after ``most``
+            # rows of it. Without an order the LIMIT makes a sequential scan look cheapest, and a collection
+            # much smaller than its table is read whole (the demo's junctions among the scale network's:
+            # measured in mcp_app/README.md, "Measuring").
+            shape, most, values = args[:static], args[static], args[static + 1 :]
+            return count_of(rows(*shape, *values).values("pk")[:most])
+
+        def first(*args: Any) -> Built:  # (*shape, *values, n)
+            return rows(*args[:-1])[: args[-1]]
+
+        def at(*args: Any) -> Built:  # (*shape, *values, offset, n)
+            offset, n = args[-2], args[-1]
+            return rows(*args[:-2])[offset : offset + n]
+
+        for fn, what in ((count, "count"), (first, "first"), (at, "at")):
+            fn.__qualname__ = f"{name}.{what}"
+        return Collection(
+            StatementFactory(count, static + 1), StatementFactory(first, static), StatementFactory(at, static), static
+        )
+
+    return declare
+
+
+def page_of(
+    rows: Collection,
+    shape: Sequence[Any],
+    values: Sequence[Any],
+    page: PageRequest,
+    least_item_bytes: int | None = None,
+) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
+    """``(total, items, has_more)`` of one page of a ``collection`` (``paged_by``): its capped count, then
+    its first rows or, with an offset, its rows from there."""
+    offset = page.offset
+    return paged_by(
+        lambda most: rows.count(*shape, most, *values),
+        (lambda n: rows.at(*shape, *values, offset, n)) if offset else (lambda n: rows.first(*shape, *values, n)),
+        page,
+        least_item_bytes,
+    )

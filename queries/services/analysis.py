@@ -29,8 +29,8 @@ from queries.models import (
     AnalysisResult,
     AnalysisRun,
 )
-from queries.paging import paged
-from queries.plan import Plan, service
+from queries.paging import collection, page_of
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.analysis import (
     AnalysisResultItem,
     AnalysisResultListResult,
@@ -130,14 +130,19 @@ def _span_gap(row: dict[str, Any], what: str, start: datetime, end: datetime) ->
     )
 
 
+@collection()
+def _runs_newest_first(project_id: int) -> Any:
+    """The project's analysis runs, newest first (counted and paged as statement factories)."""
+    runs = AnalysisRun.objects.filter(project_id=project_id)
+    return runs.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
+
+
 @service
 def list_analysis_runs(*, scope: QueryScope, page: PageRequest) -> Plan[AnalysisRunListResult]:
     """One page of the project's analysis runs, newest first (two queries: count, page)."""
     if page.limit > MAX_RUN_PAGE:
         raise LimitExceeded(f"limit for analysis runs must be at most {MAX_RUN_PAGE}.")
-    base = AnalysisRun.objects.filter(project_id=scope.project_id)
-    ordered = base.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
-    total, rows, has_more = yield from paged(base, ordered, page)
+    total, rows, has_more = yield from page_of(_runs_newest_first, (), (scope.project_id,), page)
     items = [AnalysisRunSummary(**_summary(r)) for r in rows]
     data = AnalysisRunPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return AnalysisRunListResult(
@@ -304,6 +309,25 @@ def query_analysis_series(
     )
 
 
+@statement_factory(static=2)
+def _run_at(model: Any, element_type: str, project_id: int, run_id: str, time: datetime) -> Any:
+    """The run, with its instant of ``element_type`` at or before ``time`` and its series' span: a
+    statement factory (its subqueries are compiled once per type, then bound)."""
+    of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type, time__lte=time)
+    return (
+        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
+        .annotate(at=Subquery(of_type.order_by("-time").values("time")[:1]), **series_span(model, element_type))
+        .values("pk", "status", "error_code", "error_message", "at", "first_time", "last_time")[:1]
+    )
+
+
+@collection(static=3)
+def _values_at(model: Any, element_type: str, field: str, run_pk: int, time: datetime) -> Any:
+    """One field of a run's elements of a type at one of its instants, in element-id order."""
+    at = model.objects.filter(run_id=run_pk, element_type=element_type, time=time)
+    return at.order_by("element_id").values_list("element_id", field)
+
+
 @service
 def query_analysis_values(
     *, scope: QueryScope, run_id: str, element_type: str, field: str, time: datetime, page: PageRequest
@@ -313,12 +337,7 @@ def query_analysis_values(
     model = _check_field(element_type, field)
     if time.tzinfo is None:
         raise InvalidParameter("time must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
-    of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type, time__lte=time)
-    runs = yield (
-        _runs(scope, run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-        .annotate(at=Subquery(of_type.order_by("-time").values("time")[:1]), **series_span(model, element_type))
-        .values("pk", "status", "error_code", "error_message", "at", "first_time", "last_time")[:1]
-    )
+    runs = yield _run_at(model, element_type, scope.project_id, run_id, time)
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
     run = runs[0]
@@ -330,9 +349,9 @@ def query_analysis_values(
     rows: list[Any] = []
     has_more = False
     if at is not None:
-        base = model.objects.filter(run_id=run["pk"], element_type=element_type, time=at)
-        ordered = base.order_by("element_id").values_list("element_id", field)
-        total, rows, has_more = yield from paged(base, ordered, page, _LEAST_VALUE_BYTES)
+        total, rows, has_more = yield from page_of(
+            _values_at, (model, element_type, field), (run["pk"], at), page, _LEAST_VALUE_BYTES
+        )
     items = fitting(rows, lambda row: ElementValue(element_id=row[0], value=row[1]))  # only what can fit
     data = AnalysisValuesPage(
         items=items,

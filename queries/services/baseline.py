@@ -26,8 +26,8 @@ from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
-from queries.paging import paged_by
-from queries.plan import CountOf, Plan, count_of, service, statement_factory
+from queries.paging import collection, page_of
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.baseline import (
     BaselineAtTime,
     BaselineAtTimeResult,
@@ -304,29 +304,11 @@ def get_model_baseline_at_time(
     )
 
 
-def _at_instant(element_type: str, project_id: int, time: datetime) -> QuerySet[Any]:
-    """Every element of a type at one baseline instant, in element-id order."""
+@collection(static=2)
+def _field_values(element_type: str, field: str, project_id: int, time: datetime) -> QuerySet[Any]:
+    """One field of every element of a type at one baseline instant, in element-id order."""
     at = _model(element_type).objects.filter(project_id=project_id, element_type=element_type, time=time)
-    return at.order_by("element_id")
-
-
-# The field page's count and rows as statement factories (no queryset built per call; mcp_app/README.md
-# "Measuring"): the count bound and whether there is an offset are part of the shape.
-@statement_factory(static=2)
-def _field_count(element_type: str, most: int, project_id: int, time: datetime) -> CountOf:
-    return count_of(_at_instant(element_type, project_id, time).values("pk")[:most])
-
-
-@statement_factory(static=2)
-def _field_page(element_type: str, field: str, project_id: int, time: datetime, rows: int) -> QuerySet[Any]:
-    return _at_instant(element_type, project_id, time).values_list("element_id", field)[:rows]
-
-
-@statement_factory(static=2)
-def _field_page_at(
-    element_type: str, field: str, project_id: int, time: datetime, offset: int, rows: int
-) -> QuerySet[Any]:
-    return _at_instant(element_type, project_id, time).values_list("element_id", field)[offset : offset + rows]
+    return at.order_by("element_id").values_list("element_id", field)
 
 
 @service
@@ -337,16 +319,10 @@ def query_model_baseline_field(
     one page ordered by element id, with the total. Three queries: the instant, the count, the page."""
     _check_fields(element_type, [field])
     asked = _aware(time)
-    project_id, offset = scope.project_id, page.offset
-    instants = yield type_instants(element_type, (), project_id, asked)
+    instants = yield type_instants(element_type, (), scope.project_id, asked)
     instant = _instant(instants, asked, f"{element_type} elements")["time"]
-    total, rows, has_more = yield from paged_by(
-        lambda most: _field_count(element_type, most, project_id, instant),
-        (lambda n: _field_page_at(element_type, field, project_id, instant, offset, n))
-        if offset
-        else (lambda n: _field_page(element_type, field, project_id, instant, n)),
-        page,
-        _LEAST_FIELD_VALUE_BYTES,
+    total, rows, has_more = yield from page_of(
+        _field_values, (element_type, field), (scope.project_id, instant), page, _LEAST_FIELD_VALUE_BYTES
     )
     items = fitting(rows, lambda row: BaselineFieldValue(element_id=row[0], value=row[1]))  # only what can fit
     data = BaselineFieldPage(

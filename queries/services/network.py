@@ -16,8 +16,8 @@ from queries.coordinates import coordinates, rounded
 from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NETWORK_SCHEMAS, NODE_TYPES, NetworkOptions, NetworkSchema
 from queries.models.options import FIELD_QUANTITIES
-from queries.paging import paged_by
-from queries.plan import CountOf, Plan, count_of, service, statement_factory
+from queries.paging import collection, page_of
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import PageInfo, PageRequest
 from queries.schemas.network import (
     ElementListResult,
@@ -135,27 +135,11 @@ def get_element_properties(*, scope: QueryScope, element_type: str, element_id: 
     )
 
 
-# A page's count and rows as statement factories (no queryset built per call: ≈ 18 % of a maximal page's
-# CPU in the profile, mcp_app/README.md "Measuring"); the count bound and whether there is an offset are
-# part of the shape, the project, offset and row count are bound.
-@statement_factory(static=2)
-def _element_count(element_type: str, most: int, project_id: int) -> CountOf:
-    """At most ``most`` elements of a type of the project, counted in the page's order
-    (``queries.paging.capped_total``)."""
-    elements = ELEMENT_MODELS[element_type].objects.filter(project_id=project_id)
-    return count_of(elements.order_by("element_id").values("pk")[:most])
-
-
-@statement_factory(static=1)
-def _element_page(element_type: str, project_id: int, rows: int) -> Any:
-    """The first ``rows`` elements of a type of the project in element-id order, with their properties."""
-    return _ordered_values(element_type).filter(project_id=project_id)[:rows]
-
-
-@statement_factory(static=1)
-def _element_page_at(element_type: str, project_id: int, offset: int, rows: int) -> Any:
-    """``rows`` elements from ``offset`` (> 0) in element-id order, with their properties."""
-    return _ordered_values(element_type).filter(project_id=project_id)[offset : offset + rows]
+@collection(static=1)
+def _elements(element_type: str, project_id: int) -> Any:
+    """The project's elements of a type in element-id order, with their properties (``queries.paging``:
+    counted and paged as statement factories, no queryset built per call)."""
+    return _ordered_values(element_type).filter(project_id=project_id)
 
 
 @service
@@ -164,14 +148,8 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
     the capped count and the page, both in SQL — never the whole network; ``queries.paging``: above
     ``TJWATER_EXACT_TOTAL_MAX`` elements the total is null and ``has_more`` comes from one extra row)."""
     _check_type(element_type)
-    project_id, offset = scope.project_id, page.offset
-    total, rows, has_more = yield from paged_by(
-        lambda most: _element_count(element_type, most, project_id),
-        (lambda n: _element_page_at(element_type, project_id, offset, n))
-        if offset
-        else (lambda n: _element_page(element_type, project_id, n)),
-        page,
-        _least_item_bytes(element_type),
+    total, rows, has_more = yield from page_of(
+        _elements, (element_type,), (scope.project_id,), page, _least_item_bytes(element_type)
     )
     items = fitting(  # under the MCP edge's inline budget only the items that can be returned are built
         rows,

@@ -13,13 +13,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
-from django.db.models import CharField, F, Func, IntegerField, JSONField
+from django.db.models import CharField, F, Func, IntegerField, JSONField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from queries.models import SensorPlacementRun
-from queries.paging import paged
+from queries.paging import collection, page_of
 from queries.plan import Plan, service
 from queries.schemas.common import PageRequest
 from queries.schemas.placement import (
@@ -54,13 +54,18 @@ def _summary(row: dict[str, Any]) -> SensorPlacementRunSummary:
     return SensorPlacementRunSummary(**{k: row[k] for k in _SUMMARY_FIELDS})
 
 
+@collection()
+def _runs_newest_first(project_id: int) -> QuerySet[Any]:
+    """The project's placement runs, newest first, with their sensor counts (statement factories)."""
+    runs = SensorPlacementRun.objects.filter(project_id=project_id).annotate(sensor_count=_sensor_count())
+    return runs.order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
+
+
 @service
 def list_sensor_placement_runs(*, scope: QueryScope, page: PageRequest) -> Plan[SensorPlacementRunListResult]:
     """One page of the project's sensor placement runs, newest first (two queries: count, page); the
     selected sensors are counted in SQL, not returned."""
-    base = SensorPlacementRun.objects.filter(project_id=scope.project_id)
-    ordered = base.annotate(sensor_count=_sensor_count()).order_by("-created_at", "run_id").values(*_SUMMARY_FIELDS)
-    total, rows, has_more = yield from paged(base, ordered, page)
+    total, rows, has_more = yield from page_of(_runs_newest_first, (), (scope.project_id,), page)
     items = [_summary(r) for r in rows]
     data = SensorPlacementRunPage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return SensorPlacementRunListResult(

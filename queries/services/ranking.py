@@ -24,8 +24,8 @@ from django.db.models import QuerySet
 from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
-from queries.paging import paged_by
-from queries.plan import CountOf, Plan, Raw, count_of, service, statement_factory
+from queries.paging import collection, page_of
+from queries.plan import Plan, Raw, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow
 from queries.schemas.ranking import (
     BaselineRanking,
@@ -61,11 +61,14 @@ def _check_limit(limit: Any) -> int:
     return checked
 
 
+@collection(static=4)
 def _ranked(
     element_type: str, field: str, order: str, area_kind: str, project_id: int, time: datetime, *area: Any
 ) -> QuerySet[Any]:
     """The elements' values of ``field`` at the instant ``time`` (in the area of ``area_kind`` with the
-    values ``area``, or all), in rank order (ties by id)."""
+    values ``area``, or all), in rank order (ties by id). Counted and read as statement factories
+    (``queries.paging.collection``): the area is a subquery the shape cache cannot key, and the ORM
+    built and compiled both statements on every call (55 % of a call, mcp_app/README.md "Measuring")."""
     ranked = _model(element_type).objects.filter(
         project_id=project_id, element_type=element_type, time=time, **{f"{field}__isnull": False}
     )
@@ -74,25 +77,7 @@ def _ranked(
             element_area_of(area_kind, project_id, element_type, *area), project_id=project_id
         )
         ranked = ranked.filter(element_id__in=inside.values("element_id"))
-    return ranked.order_by(field if order == "asc" else f"-{field}", "element_id")
-
-
-# The count and the page as statement factories: their shape is (type, field, order, area kind, row bound),
-# so the statement with its area subquery is compiled once per shape and afterwards only bound — the ORM
-# built and compiled both on every call (55 % of a call in the profile, mcp_app/README.md "Measuring").
-@statement_factory(static=5)
-def _rank_count(
-    element_type: str, field: str, order: str, area_kind: str, most: int, project_id: int, time: datetime, *area: Any
-) -> CountOf:
-    return count_of(_ranked(element_type, field, order, area_kind, project_id, time, *area).values("pk")[:most])
-
-
-@statement_factory(static=5)
-def _rank_page(
-    element_type: str, field: str, order: str, area_kind: str, rows: int, project_id: int, time: datetime, *area: Any
-) -> QuerySet[Any]:
-    ranked = _ranked(element_type, field, order, area_kind, project_id, time, *area)
-    return ranked.values_list("element_id", field)[:rows]
+    return ranked.order_by(field if order == "asc" else f"-{field}", "element_id").values_list("element_id", field)
 
 
 @service
@@ -119,12 +104,8 @@ def rank_model_baseline(
     instants = yield type_instants(element_type, (), scope.project_id, asked)
     instant = _instant(instants, asked, f"{element_type} elements")["time"]
     shape = (element_type, field, order, where.kind if where else "all")
-    values = where.values() if where else ()
-    total, rows, has_more = yield from paged_by(
-        lambda most: _rank_count(*shape, most, scope.project_id, instant, *values),
-        lambda n: _rank_page(*shape, n, scope.project_id, instant, *values),
-        PageRequest(limit=limit, max_limit=limit),
-    )
+    values = (scope.project_id, instant, *(where.values() if where else ()))
+    total, rows, has_more = yield from page_of(_ranked, shape, values, PageRequest(limit=limit, max_limit=limit))
     items = [RankedValue(element_id=e, value=v) for e, v in rows]
     data = BaselineRanking(
         items=items,

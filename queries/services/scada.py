@@ -23,7 +23,7 @@ from contexts.scope import QueryScope
 from queries.coordinates import coordinates, rounded
 from queries.fitting import least_json_bytes, model_skeleton
 from queries.models import ScadaDevice, ScadaReading
-from queries.paging import budgeted_rows, paged
+from queries.paging import budgeted_rows, collection, page_of
 from queries.plan import Plan, Raw, count_of, service
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
@@ -110,13 +110,18 @@ def _device(row: dict[str, Any]) -> ScadaDeviceData:
     )
 
 
+@collection()
+def _devices(project_id: int) -> Any:
+    """The project's SCADA devices in device-id order (counted and paged as statement factories)."""
+    devices = ScadaDevice.objects.filter(project_id=project_id)
+    return devices.order_by("device_id").values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)
+
+
 @service
 def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDeviceListResult]:
     """One page of the project's SCADA devices, ordered by device id, with the total (two queries:
     the count and the page, both in SQL)."""
-    base = ScadaDevice.objects.filter(project_id=scope.project_id)
-    ordered = base.order_by("device_id").values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)
-    total, rows, has_more = yield from paged(base, ordered, page)
+    total, rows, has_more = yield from page_of(_devices, (), (scope.project_id,), page)
     items = [_device(row) for row in rows]
     data = ScadaDevicePage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
     return ScadaDeviceListResult(

@@ -113,14 +113,14 @@ def test_every_tool_gives_the_same_result_on_both_drivers(demo_loaded: None) -> 
     assert any(isinstance(part, tuple) and len(part) == 2 and part[1] is datetime for k in cached_keys for part in k)
 
 
-def _bound_not_built(tool_name: str, calls: list[dict[str, Any]]) -> StatementCompiler:
+def _bound_not_built(tool_name: str, calls: list[dict[str, Any]], *, items: bool = True) -> StatementCompiler:
     """Run ``calls`` of a tool through ``run_sync`` and twice through the async driver: the answers must be
     the same, and the second round must compile nothing (every statement bound from a proved shape or
     factory). The driver's compiler, for what it proved."""
     scope = demo_scope()
     tool = next(t for t in all_tools() if t.name == tool_name)
     expected = [outcome(lambda args=args: run_sync(tool.invoke(scope, args))) for args in calls]
-    assert all(kind == "ok" and got["data"]["items"] for kind, got in expected), expected
+    assert all(kind == "ok" and (got["data"]["items"] or not items) for kind, got in expected), expected
 
     async def run_async() -> tuple[list[list[tuple[str, Any]]], list[int], StatementCompiler]:
         db = QueryDatabase(size=2, budget_s=30, checkout_timeout_s=5, connect_timeout_s=5)
@@ -154,7 +154,7 @@ def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -
     SQL once and afterwards only binds, with ``run_sync``'s answers. A polygon's statements (its feature is
     made in this test's transaction, which the driver's connection cannot see) are proved directly."""
     from queries.services.baseline import type_instants
-    from queries.services.ranking import _rank_count, _rank_page
+    from queries.services.ranking import _ranked
 
     at = "2026-11-01T09:00:00Z"
     circle = {"center": [117.2, 39.1], "radius_m": 2000}
@@ -167,15 +167,14 @@ def test_rankings_in_every_kind_of_area_are_bound_not_built(demo_loaded: None) -
         ],
     )
     _proved(compiler, type_instants)
-    _proved(compiler, _rank_count)
-    assert {static[3] for static in _proved(compiler, _rank_page)} == {"all", "district", "circle"}
+    _proved(compiler, _ranked.count)
+    assert {static[3] for static in _proved(compiler, _ranked.first)} == {"all", "district", "circle"}
     when = datetime.fromisoformat(at)
     project_id = demo_scope().project_id
-    for factory, bound in ((_rank_count, 10_001), (_rank_page, 11)):
-        polygon = CompiledFactory(
-            lambda *values, f=factory, n=bound: f.fn("junction", "head", "asc", "polygon", n, *values),
-            project_id, when, 7,
-        )  # fmt: skip
+    shape = ("junction", "head", "asc", "polygon")
+    count = CompiledFactory(lambda *values: _ranked.count.fn(*shape, 10_001, *values), project_id, when, 7)
+    first = CompiledFactory(lambda *values: _ranked.first.fn(*shape, *values, 11), project_id, when, 7)
+    for polygon in (count, first):
         assert "ST_Intersects" in polygon.sql and polygon.bind(project_id, when, 8).params.count(8) == 1
 
 
@@ -183,7 +182,7 @@ def test_element_pages_are_bound_not_built(demo_loaded: None) -> None:
     """``list_elements``' count and page are statement factories, the page's offset and row count bound as
     values (a slice bound: proved with far positive sentinels, negative ones refused at bind as Django
     refuses them): first and later pages, nodes and links, with ``run_sync``'s answers."""
-    from queries.services.network import _element_count, _element_page, _element_page_at
+    from queries.services.network import _elements
 
     compiler = _bound_not_built(
         "list_elements",
@@ -194,10 +193,10 @@ def test_element_pages_are_bound_not_built(demo_loaded: None) -> None:
             {"element_type": "tank", "limit": 20},
         ],
     )
-    assert {static[0] for static in _proved(compiler, _element_count)} == {"junction", "pipe", "tank"}
-    assert {static[0] for static in _proved(compiler, _element_page)} == {"junction", "tank"}
-    assert {static[0] for static in _proved(compiler, _element_page_at)} == {"junction", "pipe"}
-    at = next(c for k, c in compiler._factories.items() if k[0] is _element_page_at and k[1] == ("pipe",))
+    assert {static[0] for static in _proved(compiler, _elements.count)} == {"junction", "pipe", "tank"}
+    assert {static[0] for static in _proved(compiler, _elements.first)} == {"junction", "tank"}
+    assert {static[0] for static in _proved(compiler, _elements.at)} == {"junction", "pipe"}
+    at = next(c for k, c in compiler._factories.items() if k[0] is _elements.at and k[1] == ("pipe",))
     assert isinstance(at, CompiledFactory) and at.non_negative
     assert at.bind(1, 3000, 8).params[-2:] == (8, 3000)  # LIMIT rows OFFSET offset
     with pytest.raises(ValueError):
@@ -207,7 +206,7 @@ def test_element_pages_are_bound_not_built(demo_loaded: None) -> None:
 def test_baseline_field_pages_are_bound_not_built(demo_loaded: None) -> None:
     """``query_model_baseline_field``'s instant, count and page are statement factories: first and later
     pages, nodes and links, with ``run_sync``'s answers, nothing compiled on the second round."""
-    from queries.services.baseline import _field_count, _field_page, _field_page_at, type_instants
+    from queries.services.baseline import _field_values, type_instants
 
     at = "2026-11-01T09:00:00Z"
     compiler = _bound_not_built(
@@ -219,9 +218,30 @@ def test_baseline_field_pages_are_bound_not_built(demo_loaded: None) -> None:
         ],
     )
     assert {static[0] for static in _proved(compiler, type_instants)} == {"junction", "pipe"}
-    assert {static[0] for static in _proved(compiler, _field_count)} == {"junction", "pipe"}
-    assert set(_proved(compiler, _field_page)) == {("junction", "pressure"), ("pipe", "flow")}
-    assert set(_proved(compiler, _field_page_at)) == {("junction", "head")}
+    assert {static[:2] for static in _proved(compiler, _field_values.count)} == {
+        ("junction", "pressure"), ("junction", "head"), ("pipe", "flow"),
+    }  # fmt: skip
+    assert set(_proved(compiler, _field_values.first)) == {("junction", "pressure"), ("pipe", "flow")}
+    assert set(_proved(compiler, _field_values.at)) == {("junction", "head")}
+
+
+def test_every_collection_is_bound_not_built(demo_loaded: None) -> None:
+    """The other paged tools' collections (``queries.paging.collection``): each tool's declared examples
+    through both drivers, nothing compiled on the second round, count and rows proved."""
+    from queries.services import analysis, placement, scada
+
+    for tool_name, rows in (
+        ("list_scada_devices", scada._devices),
+        ("list_analysis_runs", analysis._runs_newest_first),
+        ("query_analysis_values", analysis._values_at),
+        ("list_sensor_placement_runs", placement._runs_newest_first),
+    ):
+        calls = [args for args in SAMPLES[tool_name] if "offset" not in args] + [
+            {**SAMPLES[tool_name][0], "offset": 1, "limit": 2}
+        ]
+        compiler = _bound_not_built(tool_name, calls, items=False)
+        for factory in (rows.count, rows.first, rows.at):
+            _proved(compiler, factory)
 
 
 def test_cached_shapes_rebind_values_not_sql() -> None:
