@@ -199,16 +199,21 @@ def _polygon(feature_pk: int) -> Subquery:
     return Subquery(GisFeature.objects.filter(pk=feature_pk).values("geom")[:1], output_field=GeometryField(srid=4326))
 
 
-def _circle(geography: Any, lon: float, lat: float, radius_m: float) -> Func:
-    """``ST_DWithin(geography, centre, radius, true)`` with the centre made in SQL from its two numbers (so
-    each is one parameter of the statement, and a statement factory can bind them)."""
-    point = Func(
+def point_geography(lon: float, lat: float) -> Func:
+    """An EPSG:4326 point as geography, made in SQL from its two numbers — each one parameter of the
+    statement, so a statement factory can bind them (a ``Point`` value is one adapted parameter)."""
+    return Func(
         Value(lon, output_field=FloatField()),
         Value(lat, output_field=FloatField()),
         template="ST_SetSRID(ST_MakePoint(%(expressions)s), 4326)::geography",
         output_field=PointField(srid=4326, geography=True),
     )
-    return Func(geography, point, Value(radius_m), Value(True), function="ST_DWithin", output_field=BooleanField())
+
+
+def _circle(geography: Any, lon: float, lat: float, radius_m: float) -> Func:
+    """``ST_DWithin(geography, centre, radius, true)``, the centre from ``point_geography``."""
+    centre = point_geography(lon, lat)
+    return Func(geography, centre, Value(radius_m), Value(True), function="ST_DWithin", output_field=BooleanField())
 
 
 def element_area(area: Area, project_id: int, element_type: str) -> Q | Func | Exists:

@@ -34,9 +34,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
-from django.contrib.gis.db.models import PointField
 from django.contrib.gis.geos import Point
 from django.db.models import BooleanField, Count, F, FloatField, Func, Value, Window
 
@@ -44,9 +43,11 @@ from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
 from queries.fitting import fitting
 from queries.models import ELEMENT_MODELS
-from queries.plan import Plan, count_of, service
+from queries.paging import collection
+from queries.plan import CountOf, Plan, count_of, service, statement_factory
 from queries.schemas.common import PageRequest
 from queries.schemas.spatial import NearbyElement, NearbyElementsResult, NearbyPage
+from queries.services.area import point_geography
 from queries.services.network import _check_type, _db_values, _properties, _units
 
 SOURCE: Final = "model_network"
@@ -74,6 +75,45 @@ def nearby_page(*, limit: int = DEFAULT_LIMIT, offset: int = 0) -> PageRequest:
     return PageRequest(limit=limit, offset=offset, max_limit=MAX_LIMIT)
 
 
+def _within(element_type: str, project_id: int, lon: float, lat: float, radius_m: float) -> Any:
+    """The project's elements of a type within ``radius_m`` of the point (GiST-backed ``ST_DWithin`` on
+    the spheroid)."""
+    return ELEMENT_MODELS[element_type].objects.filter(
+        Func(
+            F("geog"),
+            point_geography(lon, lat),
+            Value(radius_m),
+            Value(True),  # use_spheroid: WGS84, explicitly (it is also PostGIS's default)
+            function="ST_DWithin",
+            output_field=BooleanField(),
+        ),
+        project_id=project_id,
+    )
+
+
+@collection(static=1)
+def _nearby(element_type: str, project_id: int, lon: float, lat: float, radius_m: float) -> Any:
+    """Those elements nearest first (ties by id), each with its distance and the count of all of them
+    (``COUNT(*) OVER ()``): its first rows and rows from an offset are statement factories, the point and
+    radius bound as numbers — the ORM built and compiled this statement with its GIS functions on every
+    call (mcp_app/README.md "Measuring", seventh session)."""
+    distance = Func(
+        F("geog"), point_geography(lon, lat), Value(True), function="ST_Distance", output_field=FloatField()
+    )
+    fields, coordinates = _db_values(element_type)
+    return (
+        _within(element_type, project_id, lon, lat, radius_m)
+        .annotate(distance_m=distance, total_within=Window(Count("*")))
+        .order_by("distance_m", "element_id")
+        .values(*fields, "distance_m", "total_within", **coordinates)
+    )
+
+
+@statement_factory(static=1)
+def _within_count(element_type: str, project_id: int, lon: float, lat: float, radius_m: float) -> CountOf:
+    return count_of(_within(element_type, project_id, lon, lat, radius_m))
+
+
 @service
 def query_nearby_elements(
     *,
@@ -96,26 +136,18 @@ def query_nearby_elements(
         raise LimitExceeded(f"radius_m must be at most {MAX_RADIUS_M:.0f} m; use a smaller radius.")
     if page.limit > MAX_LIMIT:  # a caller may hand in a general page (max 500): this one is 100
         raise LimitExceeded(f"limit must be between 1 and {MAX_LIMIT} for a nearby query.")
-    model = ELEMENT_MODELS[element_type]
-    geog = Value(point, output_field=PointField(srid=4326, geography=True))
-    spheroid = Value(True)  # use_spheroid: WGS84, explicitly (it is also PostGIS's default)
-    within = model.objects.filter(
-        Func(F("geog"), geog, Value(float(radius_m)), spheroid, function="ST_DWithin", output_field=BooleanField()),
-        project_id=scope.project_id,
-    )
-    distance = Func(F("geog"), geog, spheroid, function="ST_Distance", output_field=FloatField())
-    fields, coordinates = _db_values(element_type)
+    values = (scope.project_id, point.x, point.y, float(radius_m))
     rows = yield (
-        within.annotate(distance_m=distance, total_within=Window(Count("*")))
-        .order_by("distance_m", "element_id")
-        .values(*fields, "distance_m", "total_within", **coordinates)[page.offset : page.offset + page.limit]
+        _nearby.at(element_type, *values, page.offset, page.limit)
+        if page.offset
+        else _nearby.first(element_type, *values, page.limit)
     )
     if rows:
         total = int(rows[0]["total_within"])
     elif page.offset == 0:
         total = 0
     else:  # past the end: the window count has no row to ride on
-        total = yield count_of(within)
+        total = yield _within_count(element_type, *values)
     items = fitting(  # under the MCP edge's inline budget only the items that can be returned are built
         rows,
         lambda row: NearbyElement(

@@ -244,6 +244,26 @@ def test_every_collection_is_bound_not_built(demo_loaded: None) -> None:
             _proved(compiler, factory)
 
 
+def test_nearby_pages_are_bound_not_built(demo_loaded: None) -> None:
+    """``query_nearby_elements``: the point and radius are bound numbers (its GIS functions were built and
+    compiled on every call): a first page, a later one and one past the end (its count)."""
+    from queries.services.spatial import _nearby, _within_count
+
+    centre = [117.2, 39.1]
+    compiler = _bound_not_built(
+        "query_nearby_elements",
+        [
+            {"center": centre, "radius_m": 300, "element_type": "junction", "limit": 20},
+            {"center": centre, "radius_m": 300, "limit": 5, "offset": 5},
+            {"center": centre, "radius_m": 300, "limit": 5, "offset": 5000},
+        ],
+        items=False,
+    )
+    assert {static for static in _proved(compiler, _nearby.first)} == {("junction",)}
+    assert {static for static in _proved(compiler, _nearby.at)} == {("pipe",)}
+    _proved(compiler, _within_count)
+
+
 def test_cached_shapes_rebind_values_not_sql() -> None:
     """Two statements of one shape share SQL and differ in parameters only — including the page,
     which Django inlines as literals and the driver binds."""

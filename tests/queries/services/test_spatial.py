@@ -318,11 +318,11 @@ def test_distances_on_the_demo_match_postgis(demo_loaded: None) -> None:
 def explain_nearby(scope: QueryScope, radius_m: float = 200) -> str:
     """EXPLAIN (ANALYZE) of the very statement the service yields, after ANALYZE of the pipe table."""
     plan = spatial.query_nearby_elements.plan(scope=scope, center=DEMO_CENTER, radius_m=radius_m)
-    statement = next(plan)
+    statement = next(plan)  # a statement factory's call: the queryset it builds is the statement
     plan.close()
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE queries_pipe")
-    return statement.explain(analyze=True)
+    return statement.build().explain(analyze=True)
 
 
 def test_explain_uses_the_geography_gist_index(demo_loaded: None) -> None:
