@@ -3,8 +3,7 @@
 Every collection tool takes its total and its page from here, as plan fragments, so they all behave the
 same: a collection declared once with ``@collection`` (its ordered ``.values()`` queryset as a function of
 the call's values) is paged with ``total, items, has_more = yield from page_of(…)`` — its count and its
-rows are statement factories, compiled once per shape and afterwards only bound on the MCP hot path;
-``paged_by`` takes any two statements a service writes itself:
+rows are statement factories, compiled once per shape and afterwards only bound on the MCP hot path:
 
 - the total is counted with a cap: ``SELECT COUNT(*) FROM (… LIMIT cap + 1)``, which reads at most
   ``cap + 1`` rows. Up to ``TJWATER_EXACT_TOTAL_MAX`` rows it is the exact ``total``; above it ``total`` is
@@ -58,26 +57,6 @@ def budgeted_rows(
     return list(fetched[:limit]), (len(fetched) > limit if extra else None)
 
 
-def paged_by(
-    count: Callable[[int], Statement],
-    read: Callable[[int], Statement],
-    page: PageRequest,
-    least_item_bytes: int | None = None,
-) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
-    """``(total, items, has_more)`` of one page from two statements the caller writes: ``count(k)`` counts
-    at most ``k`` rows of the collection (in the page's order: see ``collection``), ``read(n)`` reads
-    ``n`` rows from the page's offset (``budgeted_rows``: under the inline budget with
-    ``least_item_bytes``, only the rows that can fit). The total is exact up to ``exact_total_max()``,
-    else None; ``has_more`` is always exact."""
-    cap = exact_total_max()
-    n = yield count(cap + 1)
-    total = int(n) if n <= cap else None
-    items, more = yield from budgeted_rows(read, page.limit, least_item_bytes, extra=0 if total is not None else 1)
-    if more is None:
-        more = page.offset + len(items) < total if total is not None else False
-    return total, items, more
-
-
 @dataclass(frozen=True, slots=True)
 class Collection:
     """An ordered collection's three statement factories (``collection``): its capped count, its first
@@ -89,7 +68,6 @@ class Collection:
     count: StatementFactory
     first: StatementFactory
     at: StatementFactory
-    static: int
 
 
 def collection(static: int = 0) -> Callable[[Callable[..., QuerySet[Any]]], Collection]:
@@ -119,7 +97,7 @@ def collection(static: int = 0) -> Callable[[Callable[..., QuerySet[Any]]], Coll
         for fn, what in ((count, "count"), (first, "first"), (at, "at")):
             fn.__qualname__ = f"{name}.{what}"
         return Collection(
-            StatementFactory(count, static + 1), StatementFactory(first, static), StatementFactory(at, static), static
+            StatementFactory(count, static + 1), StatementFactory(first, static), StatementFactory(at, static)
         )
 
     return declare
@@ -132,12 +110,19 @@ def page_of(
     page: PageRequest,
     least_item_bytes: int | None = None,
 ) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
-    """``(total, items, has_more)`` of one page of a ``collection`` (``paged_by``): its capped count, then
-    its first rows or, with an offset, its rows from there."""
+    """``(total, items, has_more)`` of one page of a ``collection``: its count capped at
+    ``exact_total_max() + 1`` rows (the total is exact up to the cap, else None), then its first rows or,
+    with an offset, its rows from there (``budgeted_rows``: under the inline budget with
+    ``least_item_bytes``, only the rows that can fit); ``has_more`` is always exact."""
     offset = page.offset
-    return paged_by(
-        lambda most: rows.count(*shape, most, *values),
-        (lambda n: rows.at(*shape, *values, offset, n)) if offset else (lambda n: rows.first(*shape, *values, n)),
-        page,
-        least_item_bytes,
-    )
+    cap = exact_total_max()
+    n = yield rows.count(*shape, cap + 1, *values)
+    total = int(n) if n <= cap else None
+
+    def read(n: int) -> Statement:
+        return rows.at(*shape, *values, offset, n) if offset else rows.first(*shape, *values, n)
+
+    items, more = yield from budgeted_rows(read, page.limit, least_item_bytes, extra=0 if total is not None else 1)
+    if more is None:
+        more = offset + len(items) < total if total is not None else False
+    return total, items, more

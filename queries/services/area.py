@@ -210,20 +210,17 @@ def point_geography(lon: float, lat: float) -> Func:
     )
 
 
-def _circle(geography: Any, lon: float, lat: float, radius_m: float) -> Func:
-    """``ST_DWithin(geography, centre, radius, true)``, the centre from ``point_geography``."""
+def within_radius(geography: Any, lon: float, lat: float, radius_m: float) -> Func:
+    """``ST_DWithin(geography, centre, radius, true)`` (WGS84 spheroid, GiST-backed on a geography column),
+    the centre from ``point_geography``."""
     centre = point_geography(lon, lat)
     return Func(geography, centre, Value(radius_m), Value(True), function="ST_DWithin", output_field=BooleanField())
 
 
-def element_area(area: Area, project_id: int, element_type: str) -> Q | Func | Exists:
-    """A filter on a network element model (``geom``/``geog``) for ``area``."""
-    return element_area_of(area.kind, project_id, element_type, *area.values())
-
-
-def element_area_of(kind: str, project_id: int, element_type: str, *values: Any) -> Q | Func | Exists:
-    """``element_area`` from the area's ``kind`` and ``values`` (``Area.kind``, ``Area.values``): each value
-    reaches the SQL unchanged as one parameter, for statement factories."""
+def element_area(kind: str, project_id: int, element_type: str, *values: Any) -> Q | Func | Exists:
+    """A filter on a network element model (``geom``/``geog``) for an area of ``kind`` with ``values``
+    (``Area.kind``, ``Area.values``): each value reaches the SQL unchanged as one parameter, for statement
+    factories."""
     if kind == "district":
         (district,) = values
         return Exists(
@@ -238,7 +235,7 @@ def element_area_of(kind: str, project_id: int, element_type: str, *values: Any)
         (feature_pk,) = values
         return Func(F("geom"), _polygon(feature_pk), function="ST_Intersects", output_field=BooleanField())
     lon, lat, radius_m = values
-    return _circle(F("geog"), lon, lat, radius_m)
+    return within_radius(F("geog"), lon, lat, radius_m)
 
 
 def device_area(area: Area, project_id: int) -> Q | Func | Exists:
@@ -255,4 +252,4 @@ def device_area(area: Area, project_id: int) -> Q | Func | Exists:
     if area.feature_pk is not None:
         return Func(F("location"), _polygon(area.feature_pk), function="ST_Intersects", output_field=BooleanField())
     assert area.center is not None and area.radius_m is not None
-    return _circle(Cast("location", PointField(srid=4326, geography=True)), *area.center, area.radius_m)
+    return within_radius(Cast("location", PointField(srid=4326, geography=True)), *area.center, area.radius_m)

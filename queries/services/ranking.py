@@ -36,7 +36,7 @@ from queries.schemas.ranking import (
     RankedValue,
     UnrankedDevice,
 )
-from queries.services.area import device_area, element_area_of, parse_area, resolve_area
+from queries.services.area import device_area, element_area, parse_area, resolve_area
 from queries.services.baseline import _aware, _check_fields, _instant, _model, _units, type_instants
 from queries.services.scada import time_window
 
@@ -74,7 +74,7 @@ def _ranked(
     )
     if area_kind != "all":
         inside = ELEMENT_MODELS[element_type].objects.filter(
-            element_area_of(area_kind, project_id, element_type, *area), project_id=project_id
+            element_area(area_kind, project_id, element_type, *area), project_id=project_id
         )
         ranked = ranked.filter(element_id__in=inside.values("element_id"))
     return ranked.order_by(field if order == "asc" else f"-{field}", "element_id").values_list("element_id", field)

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from django.contrib.gis.geos import Point
-from django.db.models import BooleanField, Count, F, FloatField, Func, Value, Window
+from django.db.models import Count, F, FloatField, Func, Value, Window
 
 from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
@@ -47,7 +47,7 @@ from queries.paging import collection
 from queries.plan import CountOf, Plan, count_of, service, statement_factory
 from queries.schemas.common import PageRequest
 from queries.schemas.spatial import NearbyElement, NearbyElementsResult, NearbyPage
-from queries.services.area import point_geography
+from queries.services.area import point_geography, within_radius
 from queries.services.network import _check_type, _db_values, _properties, _units
 
 SOURCE: Final = "model_network"
@@ -79,15 +79,7 @@ def _within(element_type: str, project_id: int, lon: float, lat: float, radius_m
     """The project's elements of a type within ``radius_m`` of the point (GiST-backed ``ST_DWithin`` on
     the spheroid)."""
     return ELEMENT_MODELS[element_type].objects.filter(
-        Func(
-            F("geog"),
-            point_geography(lon, lat),
-            Value(radius_m),
-            Value(True),  # use_spheroid: WGS84, explicitly (it is also PostGIS's default)
-            function="ST_DWithin",
-            output_field=BooleanField(),
-        ),
-        project_id=project_id,
+        within_radius(F("geog"), lon, lat, radius_m), project_id=project_id
     )
 
 
