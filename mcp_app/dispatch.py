@@ -51,7 +51,7 @@ from mcp_app.errors import (
     unknown_tool,
 )
 from mcp_app.executor import Execution, run_plan
-from mcp_app.inline import cut_summary, fit_inline, json_size
+from mcp_app.inline import as_returned, cut_summary, fit_inline, json_size
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import CallConnection, QueryDatabase
 from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
@@ -105,7 +105,10 @@ def caller_may_use(entry: CatalogEntry, scope: QueryScope) -> bool:
 
 
 def _summary(entry: CatalogEntry, result: BaseModel, structured: dict[str, Any]) -> str:
-    return entry.spec.summarize(result) + cut_summary(structured)
+    """The reply's text: the tool's summary of what the reply returns (``as_returned``), then the cut's."""
+    spec = entry.spec
+    returned = as_returned(result, structured, spec.page_holder, spec.series_start)
+    return spec.summarize(returned) + cut_summary(structured)
 
 
 def _row_count(structured: dict[str, Any]) -> int:

@@ -328,6 +328,34 @@ def _resolve(structured: dict[str, Any], path: Sequence[str]) -> list[str | int]
     return resolved
 
 
+def as_returned(
+    result: Any, structured: Mapping[str, Any], page_holder: Sequence[str] = ("data",), series_start: str | None = None
+) -> Any:
+    """``result`` with its page's items (or its series' points) cut to the ones ``structured`` returns, and
+    ``has_more`` set where it was cut — what a reply's text describes: a tool's summary counts what the
+    caller got, not what was built (under an ``InlineBudget`` a page is built one item past what fits, so
+    it was neither the page asked for nor the one returned). In place: the result was built for this
+    call. Nothing changes when the reply is a ``part`` of the result (not a prefix of it)."""
+    if not structured.get("truncated") or structured.get("part") is not None:
+        return result
+    paths = [(tuple(page_holder), "items")]
+    if series_start is not None:
+        paths.append((("data",), "points"))
+    for holder, key in paths:
+        model: Any = result
+        node: Any = structured
+        for name in holder:
+            model = getattr(model, name, None)
+            node = node.get(name) if isinstance(node, Mapping) else None
+        kept = node.get(key) if isinstance(node, Mapping) else None
+        whole = getattr(model, key, None)
+        if isinstance(kept, list) and isinstance(whole, list) and len(kept) < len(whole):
+            setattr(model, key, whole[: len(kept)])
+            if getattr(model, "has_more", None) is False:
+                model.has_more = True
+    return result
+
+
 def cut_summary(structured: dict[str, Any]) -> str:
     """The sentence a reply's text adds about what the cut left out and how to read it."""
     if not structured.get("truncated"):

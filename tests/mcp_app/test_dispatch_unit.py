@@ -113,6 +113,50 @@ def test_the_cut_keeps_the_most_items_that_fit() -> None:
         assert len(pydantic_core.to_json(more)) > limit
 
 
+def element_page(n: int, *, total: int) -> Any:
+    from datetime import UTC, datetime
+
+    from queries.schemas.common import PageInfo
+    from queries.schemas.network import ElementListResult, ElementPage, ElementProperties
+
+    items = [
+        ElementProperties(element_type="junction", element_id=f"J-{i}", properties={"tag": "x" * 200, "elevation": i})
+        for i in range(n)
+    ]
+    more = n < total
+    return ElementListResult(
+        source="model_network",
+        source_ref="project:p/junction",
+        queried_at=datetime.now(UTC),
+        origin="model_network",
+        data=ElementPage(items=items, total=total, limit=500, offset=0, has_more=more),
+        page=PageInfo(total=total, limit=500, offset=0, has_more=more),
+    )
+
+
+def test_the_reply_text_counts_the_items_the_cut_returned() -> None:
+    """A page built past what fits (80 items here; under the inline budget one item past the budget) is
+    cut; the reply's text counts the items returned and says more are available — never the items built."""
+    from mcp_app.dispatch import _summary
+
+    entry = build_catalog().get("list_elements")
+    assert entry is not None
+    args = {"context_handle": "h" * 20, "element_type": "junction", "limit": 500}
+    for total in (80, 3323):
+        result = element_page(80, total=total)
+        dumped = result.model_dump(mode="json")
+        structured = fit_inline(dumped, args, 12000, entry.checker, page_holder=entry.spec.page_holder)
+        kept = len(structured["data"]["items"])
+        assert 0 < kept < 80 and structured["truncated"] is True
+        text = _summary(entry, result, structured)
+        assert text.startswith(f"{kept} of {total} elements from offset 0; more available. Truncated to fit inline")
+        assert f'"limit":{kept},"offset":{kept}' in text
+
+    whole = element_page(5, total=5)
+    structured = fit_inline(whole.model_dump(mode="json"), args, 12000, entry.checker)
+    assert _summary(entry, whole, structured) == "5 of 5 elements from offset 0."
+
+
 def test_uncuttable_large_result_is_limit_exceeded() -> None:
     from contexts.errors import LimitExceeded
 
