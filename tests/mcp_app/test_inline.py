@@ -380,3 +380,67 @@ def test_a_prefix_sized_from_its_items_is_the_size_of_the_reply() -> None:
                 reply["data"][holder_key] = items[:n]
                 reply["continue_with"] = continuation
                 assert size(n, continuation) == json_size(reply)
+
+
+class CountingValidity:
+    """A tool's input check that counts its calls and refuses a continuation past ``max_offset`` (as a
+    schema's ``maximum`` on ``offset`` does) or for a series start in ``refused``."""
+
+    def __init__(self, max_offset: int, refused: frozenset[str] = frozenset()) -> None:
+        self.max_offset, self.refused, self.calls = max_offset, refused, 0
+
+    def is_valid(self, instance: Any) -> bool:
+        self.calls += 1
+        return instance.get("offset", 0) <= self.max_offset and instance.get("start") not in self.refused
+
+
+def cut_checking_every_step(full: dict[str, Any], args: dict[str, Any], limit: int, check: CountingValidity) -> Any:
+    """The reference: the longest prefix that fits with the continuation the reply would carry (checked)."""
+    items = full["data"]["items"]
+    offset = full["data"]["offset"]
+    best: Any = None
+    for n in range(1, len(items) + 1):
+        more = {**{k: v for k, v in args.items() if k != "context_handle"}, "offset": offset + n, "limit": n}
+        offered = more if check.is_valid({**more, "context_handle": HANDLE}) else None
+        reply = copy.deepcopy(full)
+        reply["data"]["items"] = items[:n]
+        reply["continue_with"] = offered
+        if json_size(reply) <= limit:
+            best = (n, offered)
+    return best
+
+
+def test_the_cut_checks_a_continuation_only_where_it_decides_the_fit() -> None:
+    """The search sizes each prefix with the continuation unchecked and checks it only where checking
+    changes whether the prefix fits (``cut_prefix(unchecked=…)``): the same prefix and continuation as
+    checking at every step, with about one check per cut instead of one per step — including where only
+    a refused continuation (``null``, shorter) lets one more item fit."""
+    items = [{"element_id": f"J-{i}", "blob": "x" * (40 + i % 7)} for i in range(300)]
+    for offset, max_offset in ((0, 10_000), (40, 10_000), (9_700, 9_800), (9_950, 9_990), (0, 0)):
+        for limit in (1500, 3000, 6000):
+            full = {
+                "data": {"items": items, "offset": offset, "has_more": True},
+                "truncated": False,
+                "continue_with": None,
+            }
+            args = {"context_handle": HANDLE, "element_type": "junction", "limit": 300, "offset": offset}
+            check = CountingValidity(max_offset)
+            reply = fit_inline(copy.deepcopy(full), args, limit, check)
+            kept = len(reply["data"]["items"])
+            assert (kept, reply["continue_with"]) == cut_checking_every_step(
+                full, args, limit, CountingValidity(max_offset)
+            )
+            assert json_size(reply) <= limit
+            assert check.calls <= 3  # the search's steps (≈ 9 for 300 items) are not each checked
+
+    # The band where the refused continuation decides: a prefix that fits only with ``continue_with: null``.
+    full = {"data": {"items": items, "offset": 0, "has_more": True}, "truncated": False, "continue_with": None}
+    args = {"context_handle": HANDLE, "element_type": "junction", "limit": 300, "offset": 0}
+    free = fit_inline(copy.deepcopy(full), args, 3000, CountingValidity(10_000))
+    n = len(free["data"]["items"])
+    check = CountingValidity(n)  # the continuation after n + 1 items is refused: is n + 1 kept, with null?
+    reply = fit_inline(copy.deepcopy(full), args, 3000, check)
+    assert len(reply["data"]["items"]) == n + 1 and reply["continue_with"] is None  # fits only with null
+    assert (len(reply["data"]["items"]), reply["continue_with"]) == cut_checking_every_step(
+        full, args, 3000, CountingValidity(n)
+    )
