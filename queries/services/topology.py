@@ -40,7 +40,7 @@ from queries.models import (
     Tank,
     Valve,
 )
-from queries.plan import Plan, Raw, service
+from queries.plan import Plan, Raw, service, statement_factory
 from queries.schemas.common import PageRequest, TimeWindow
 from queries.schemas.topology import (
     ConnectedElement,
@@ -156,8 +156,10 @@ def _check_element(element_type: str, element_id: str) -> None:
         raise InvalidParameter("element_id must be a non-empty element id.", details={"field": "element_id"})
 
 
+@statement_factory(static=1)
 def _start(element_type: str, project_id: int, element_id: str) -> Any:
-    """The start element (links: with their end nodes), at most one row."""
+    """The start element (links: with their end nodes), at most one row (a statement factory: bound, not
+    built, per call)."""
     fields = ("element_id", "start_node_id", "end_node_id") if element_type in LINK_TYPES else ("element_id",)
     return ELEMENT_MODELS[element_type].objects.filter(project_id=project_id, element_id=element_id).values(*fields)[:1]
 
@@ -320,6 +322,11 @@ SELECT depth, nodes, frontier, lt, lid, lfr, ltn, lflow, lnear FROM lvl ORDER BY
 
 
 _PATH = {d: _Named(_path_sql(d), ("step", "node", "t", "id", "fr", "tn", "flow", "done")) for d in DIRECTIONS}
+#: Which of some nodes are tanks (the others reached as sources are reservoirs).
+_TANKS_AMONG = _Named(
+    f"SELECT element_id FROM {_TANK} WHERE project_id = %(p)s AND element_id = ANY(%(ids)s::text[])",  # noqa: S608
+    ("element_id",),
+)
 _BFS = {
     d: _Named(_bfs_sql(d), ("depth", "nodes", "frontier", "lt", "lid", "lfr", "ltn", "lflow", "lnear"))
     for d in DIRECTIONS
@@ -438,10 +445,10 @@ def trace_flow_path(
     tanks: set[str] = set()
     if sources:
         ordered = sorted(sources)
-        found = yield Tank.objects.filter(project_id=scope.project_id, element_id__in=ordered).values_list(
-            "element_id", flat=True
-        )[: len(ordered)]
-        tanks = set(found)
+        # One statement of any number of sources (an array parameter), its SQL compiled once: a queryset
+        # with ``element_id__in`` was built and compiled per call (its placeholders vary with the count).
+        found = yield _TANKS_AMONG(p=scope.project_id, ids=ordered)
+        tanks = {row["element_id"] for row in found}
 
     def node_type(node: str) -> Any:
         if node == first_node:
