@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from django.contrib.gis.geos import Point
 from django.db.models import Count, F, FloatField, Func, Value, Window
 
 from contexts.errors import InvalidParameter, LimitExceeded
@@ -58,8 +57,9 @@ DEFAULT_LIMIT = 5
 MAX_LIMIT = 100
 
 
-def _center_point(center: Sequence[float]) -> Point:
-    """The centre as an EPSG:4326 point, range-checked (the wire schema checks the same bounds)."""
+def _center_point(center: Sequence[float]) -> tuple[float, float]:
+    """The centre's (longitude, latitude) in EPSG:4326 degrees, range-checked (the wire schema checks the
+    same bounds). Two numbers, bound as such (``area.point_geography``): no GEOS point is made per call."""
     if len(center) != 2 or not all(
         isinstance(c, int | float) and not isinstance(c, bool) and math.isfinite(c) for c in center
     ):
@@ -67,7 +67,7 @@ def _center_point(center: Sequence[float]) -> Point:
     lon, lat = float(center[0]), float(center[1])
     if not (-180.0 <= lon <= 180.0 and -90.0 <= lat <= 90.0):
         raise InvalidParameter("center must be [longitude, latitude] with -180 ≤ lon ≤ 180 and -90 ≤ lat ≤ 90.")
-    return Point(lon, lat, srid=4326)
+    return lon, lat
 
 
 def nearby_page(*, limit: int = DEFAULT_LIMIT, offset: int = 0) -> PageRequest:
@@ -119,7 +119,7 @@ def query_nearby_elements(
     ``center`` = [lon, lat], nearest first, one page (one query; two for a page past the end)."""
     page = page or nearby_page()
     _check_type(element_type)
-    point = _center_point(center)
+    lon, lat = _center_point(center)
     if isinstance(radius_m, bool) or not (
         isinstance(radius_m, int | float) and math.isfinite(radius_m) and radius_m > 0
     ):
@@ -128,7 +128,7 @@ def query_nearby_elements(
         raise LimitExceeded(f"radius_m must be at most {MAX_RADIUS_M:.0f} m; use a smaller radius.")
     if page.limit > MAX_LIMIT:  # a caller may hand in a general page (max 500): this one is 100
         raise LimitExceeded(f"limit must be between 1 and {MAX_LIMIT} for a nearby query.")
-    values = (scope.project_id, point.x, point.y, float(radius_m))
+    values = (scope.project_id, lon, lat, float(radius_m))
     rows = yield (
         _nearby.at(element_type, *values, page.offset, page.limit)
         if page.offset
@@ -156,7 +156,7 @@ def query_nearby_elements(
         has_more=page.offset + len(rows) < total,
         source=SOURCE,
         element_type=element_type,  # type: ignore[arg-type]  # checked by _check_type above
-        center=[point.x, point.y],
+        center=[lon, lat],
         center_crs="EPSG:4326",
         distance_method="WGS84_spheroid",
         radius_m=float(radius_m),
