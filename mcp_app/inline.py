@@ -86,16 +86,13 @@ def cut_prefix(
     low, high, best = 1, count, 0
     while low <= high:
         mid = (low + high) // 2
-        if size is not None and unchecked is not None:
+        if size is not None:
             bare = size(mid, None)  # with ``continue_with: null``
-            offered = unchecked(mid)
-            sized = bare if offered is None else size(mid, offered)
-            if (sized <= max_bytes) == (bare <= max_bytes):
+            offered = (unchecked or continuation)(mid)
+            if (size(mid, offered) <= max_bytes) == (bare <= max_bytes):
                 fits = bare <= max_bytes  # the same whether or not the continuation is offered: not checked
             else:
                 fits = size(mid, continuation(mid)) <= max_bytes
-        elif size is not None:
-            fits = size(mid, continuation(mid)) <= max_bytes
         else:
             put(mid)
             fits = json_size(structured) <= max_bytes

@@ -57,7 +57,7 @@ DEFAULT_LIMIT = 5
 MAX_LIMIT = 100
 
 
-def _center_point(center: Sequence[float]) -> tuple[float, float]:
+def _center_lon_lat(center: Sequence[float]) -> tuple[float, float]:
     """The centre's (longitude, latitude) in EPSG:4326 degrees, range-checked (the wire schema checks the
     same bounds). Two numbers, bound as such (``area.point_geography``): no GEOS point is made per call."""
     if len(center) != 2 or not all(
@@ -119,7 +119,7 @@ def query_nearby_elements(
     ``center`` = [lon, lat], nearest first, one page (one query; two for a page past the end)."""
     page = page or nearby_page()
     _check_type(element_type)
-    lon, lat = _center_point(center)
+    lon, lat = _center_lon_lat(center)
     if isinstance(radius_m, bool) or not (
         isinstance(radius_m, int | float) and math.isfinite(radius_m) and radius_m > 0
     ):

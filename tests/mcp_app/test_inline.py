@@ -394,6 +394,41 @@ class CountingValidity:
         return instance.get("offset", 0) <= self.max_offset and instance.get("start") not in self.refused
 
 
+def test_a_series_cut_checks_a_continuation_only_where_it_decides_the_fit() -> None:
+    """A series (``data.points``) cut the same way: the same points and continuation as checking at every
+    step of the search (``cut_prefix`` without ``unchecked``), about one check per cut — also when the
+    continuation from the first point left out is refused."""
+    from mcp_app.inline import _valid, cut_prefix
+
+    t0 = datetime(2026, 11, 1, tzinfo=UTC)
+    points = [{"time": (t0 + timedelta(minutes=5 * i)).isoformat(), "value": i / 3} for i in range(400)]
+    args = {"context_handle": HANDLE, "device_ids": ["P-1"], "start": points[0]["time"]}
+    rest = {k: v for k, v in args.items() if k != "context_handle"}
+    for refused in (frozenset(), frozenset(p["time"] for p in points[50:200])):
+        check = CountingValidity(0, refused)
+        reply = fit_inline(
+            {"data": {"points": list(points)}, "truncated": False, "continue_with": None},
+            args,
+            3000,
+            check,
+            series_start="start",
+        )
+        reference = {"data": {"points": list(points)}, "truncated": False, "continue_with": None}
+        every = CountingValidity(0, refused)
+        kept = cut_prefix(
+            reference,
+            ("data", "points"),
+            3000,
+            lambda n, every=every: (
+                _valid({**rest, "start": points[n]["time"]}, args, every) if n < len(points) else None
+            ),
+            pure=True,
+        )
+        assert (len(reply["data"]["points"]), reply["continue_with"]) == (kept, reference["continue_with"])
+        assert 0 < kept < len(points) and json_size(reply) <= 3000
+        assert check.calls <= 3 < every.calls
+
+
 def cut_checking_every_step(full: dict[str, Any], args: dict[str, Any], limit: int, check: CountingValidity) -> Any:
     """The reference: the longest prefix that fits with the continuation the reply would carry (checked)."""
     items = full["data"]["items"]

@@ -175,7 +175,7 @@ def test_trace_matches_a_walk_over_wntr_and_the_baseline(demo_loaded: None, dire
     for item in data.items:
         if item.flow is None:  # a node: typed as the network file types it (a tank is never a reservoir)
             assert item.element_type == node_type(item.element_id)
-        if item.flow is not None:
+        else:
             assert item.flow == pytest.approx(abs(flows[item.element_id]))
             assert {item.from_node, item.to_node} == set(link_ends(item.element_id))
             water_from = link_ends(item.element_id)[0 if flows[item.element_id] > 0 else 1]
