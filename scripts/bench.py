@@ -437,6 +437,32 @@ class Measured:
     bytes_out: int = 0
 
 
+async def _one_call(
+    client: aiohttp.ClientSession,
+    url: str,
+    call_headers: dict[str, str],
+    body: bytes,
+    check: Callable[[dict[str, Any]], str | None] | None,
+) -> tuple[float, str, int]:
+    """One checked call: (ms, outcome — ``ok`` or what was wrong —, reply bytes)."""
+    started = time.perf_counter()
+    async with client.post(url, data=body, headers=call_headers) as response:
+        raw = await response.read()
+        status = response.status
+    elapsed = (time.perf_counter() - started) * 1000
+    if status != 200:
+        return elapsed, f"http_{status}", len(raw)
+    reply = reply_of(raw.decode())
+    result = reply.get("result")
+    if result is None:
+        return elapsed, f"rpc_{reply.get('error', {}).get('code')}", len(raw)
+    if result.get("isError"):
+        return elapsed, str(result["structuredContent"].get("code")), len(raw)
+    if check is not None and (problem := check(result)):
+        return elapsed, problem, len(raw)
+    return elapsed, "ok", len(raw)
+
+
 async def drive(
     url: str,
     token: str,
@@ -459,26 +485,9 @@ async def drive(
         async def worker() -> None:
             for i in counter:
                 body = rpc(tool, args, i + 1, meta() if meta else None)
-                started = time.perf_counter()
-                async with client.post(url, data=body, headers=call_headers) as response:
-                    raw = await response.read()
-                    status = response.status
-                elapsed = (time.perf_counter() - started) * 1000
-                outcome = "ok"
-                if status != 200:
-                    outcome = f"http_{status}"
-                else:
-                    reply = reply_of(raw.decode())
-                    result = reply.get("result")
-                    if result is None:
-                        outcome = f"rpc_{reply.get('error', {}).get('code')}"
-                    elif result.get("isError"):
-                        outcome = str(result["structuredContent"].get("code"))
-                    elif check is not None and (problem := check(result)):
-                        outcome = problem
-                    else:
-                        measured.bytes_out = len(raw)
+                elapsed, outcome, size = await _one_call(client, url, call_headers, body, check)
                 if outcome == "ok":
+                    measured.bytes_out = size
                     measured.latencies_ms.append(elapsed)
                 else:
                     measured.errors[outcome] = measured.errors.get(outcome, 0) + 1
@@ -487,6 +496,59 @@ async def drive(
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         measured.wall_s = time.perf_counter() - started
     return measured
+
+
+@dataclass(frozen=True)
+class Call:
+    """One kind of call the bench makes: whose token, which tool, with what."""
+
+    token: str
+    tool: str
+    args: dict[str, Any]
+    meta: Callable[[], dict[str, Any]] | None = None
+    check: Callable[[dict[str, Any]], str | None] | None = None
+
+
+@dataclass
+class Paired:
+    """Pairs of calls made back to back: ``probe_ms[i]`` and ``scenario_ms[i]`` are one pair (both ok)."""
+
+    probe_ms: list[float] = field(default_factory=list)
+    scenario_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def excess_ms(self) -> float | None:
+        """Median over the pairs of (scenario − probe): what the scenario costs beyond the probe's call."""
+        if not self.probe_ms:
+            return None
+        return statistics.median(s - p for p, s in zip(self.probe_ms, self.scenario_ms, strict=True))
+
+
+async def drive_paired(url: str, probe: Call, scenario: Call, pairs: int) -> Paired:
+    """``pairs`` pairs of calls at c=1 on one keep-alive connection, the probe and the scenario back to
+    back, the probe first in even pairs and second in odd ones. The machine's speed drifts by seconds
+    (the one-row call's cost moved 1.5–6.3 ms within one run): a pair's two calls see the same machine,
+    so their difference does not carry the drift a probe timed minutes apart would. A pair in which
+    either call failed is left out and its error counted."""
+    paired = Paired()
+    connector = aiohttp.TCPConnector(limit=1)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
+        for i in range(pairs):
+            order = (probe, scenario) if i % 2 == 0 else (scenario, probe)
+            timed: dict[int, float] = {}
+            failed = False
+            for call in order:
+                body = rpc(call.tool, call.args, i + 1, call.meta() if call.meta else None)
+                elapsed, outcome, _ = await _one_call(client, url, headers(call.token, call.tool), body, call.check)
+                if outcome != "ok":
+                    failed = True
+                    key = f"{'probe' if call is probe else 'scenario'}:{outcome}"
+                    paired.errors[key] = paired.errors.get(key, 0) + 1
+                timed[id(call)] = elapsed
+            if not failed:
+                paired.probe_ms.append(timed[id(probe)])
+                paired.scenario_ms.append(timed[id(scenario)])
+    return paired
 
 
 class Profile:
@@ -734,15 +796,11 @@ def main() -> int:
                 args = {k: saved_evidence if v == SAVED_EVIDENCE else v for k, v in args.items()}
             run = {"meta": scenario.meta, "check": scenario.check}
             asyncio.run(drive(url, call_token, scenario.tool, args, concurrency=1, requests=options.warmup, **run))
-            # A call's fixed cost right before this scenario (the machine's speed drifts during a run).
-            probe = asyncio.run(
-                drive(
-                    url,
-                    token,
-                    CALL_COST.tool,
-                    {"context_handle": handles[DEMO], **CALL_COST.args},
-                    concurrency=1,
-                    requests=max(30, options.requests // 2),
+            # A call's fixed cost paired with this scenario, call by call (the machine's speed drifts).
+            probe_call = Call(token, CALL_COST.tool, {"context_handle": handles[DEMO], **CALL_COST.args})
+            pairs = asyncio.run(
+                drive_paired(
+                    url, probe_call, Call(call_token, scenario.tool, args, **run), max(30, options.requests // 2)
                 )
             )
             profile = Profile(server.pid, scenario.name, options.profile)
@@ -761,7 +819,7 @@ def main() -> int:
                 "scenario": scenario.name,
                 "tool": scenario.tool,
                 "project": scenario.project,
-                "status": "ok" if not (one.errors or eight.errors or probe.errors) else "errors",
+                "status": "ok" if not (one.errors or eight.errors or pairs.errors) else "errors",
                 "p50_ms": round(p50, 2),
                 "p95_ms": round(percentile(one.latencies_ms, 0.95), 2),
                 "rps_c1": round(len(one.latencies_ms) / one.wall_s, 1),
@@ -771,11 +829,12 @@ def main() -> int:
                 **floor,
                 "x_floor": round(p50 / floor["floor_ms"], 1) if floor.get("floor_ms") else None,
                 "response_bytes": one.bytes_out,
-                "call_probe_p50_ms": round(percentile(probe.latencies_ms, 0.5), 2) if probe.latencies_ms else None,
+                "call_probe_p50_ms": round(percentile(pairs.probe_ms, 0.5), 2) if pairs.probe_ms else None,
+                "paired_excess_ms": round(excess, 3) if (excess := pairs.excess_ms()) is not None else None,
                 "errors": {
                     **one.errors,
                     **{f"c8:{k}": v for k, v in eight.errors.items()},
-                    **{f"probe:{k}": v for k, v in probe.errors.items()},
+                    **{f"paired:{k}": v for k, v in pairs.errors.items()},
                 },
             }
             rows.append(row)
@@ -814,9 +873,10 @@ def _tools(base: str, token: str) -> list[dict[str, Any]]:
     return list(reply_of(response.text)["result"]["tools"])
 
 
-#: The call whose answer costs next to nothing (one row by key): before each scenario it is timed at c=1
-#: (``call_probe_p50_ms``), and its p50 less its floor is what any call costs then before its tool's own
-#: work — HTTP, this client, the token, the context re-read, the limiter, the audit line.
+#: The call whose answer costs next to nothing (one row by key): each scenario is timed in pairs with it at
+#: c=1 (``drive_paired``), and what a pair's scenario call costs beyond its probe call, plus the probe's own
+#: floor, is the scenario's work beyond a call — HTTP, this client, the token, the context re-read, the
+#: limiter and the audit line being in both calls of a pair.
 CALL_COST_SCENARIO = "get_element_properties pipe"
 
 
@@ -824,19 +884,20 @@ CALL_COST = next(s for s in SCENARIOS if s.name == CALL_COST_SCENARIO)
 
 
 def add_beyond_call_cost(rows: list[dict[str, Any]]) -> None:
-    """Each row's ``x_floor_beyond_call``: (p50 − the fixed cost of a call) / floor, the fixed cost being
-    the probe's p50 timed just before the row (``call_probe_p50_ms``) less ``CALL_COST_SCENARIO``'s floor.
-    ``x_floor`` compares a whole call with SQL + JSON alone, so for a tool whose floor is below a call's
-    fixed cost it measures the per-call path (perf-anchors' subject); this column measures the tool's own
-    work against its floor. Nothing is added when that scenario's floor was not measured."""
+    """Each row's ``x_floor_beyond_call``: (the median over its pairs of scenario − probe, plus the probe's
+    floor) / the scenario's floor — the tool's own work against its floor, a call's fixed cost taken off
+    pair by pair. ``x_floor`` compares a whole call with SQL + JSON alone, so for a tool whose floor is
+    below a call's fixed cost it measures the per-call path (perf-anchors' subject); this column measures
+    the tool's own work. ``call_cost_ms`` (the probe's p50 in the pairs less its floor) says what a call's
+    fixed cost was meanwhile. Nothing is added when ``CALL_COST_SCENARIO``'s floor was not measured."""
     base = next((r for r in rows if r.get("scenario") == CALL_COST_SCENARIO and r.get("floor_ms")), None)
     if base is None:
         return
     for row in rows:
-        if row.get("floor_ms") and row.get("call_probe_p50_ms") is not None and "p50_ms" in row:
-            call_ms = max(row["call_probe_p50_ms"] - base["floor_ms"], 0.0)
-            row["call_cost_ms"] = round(call_ms, 2)
-            row["x_floor_beyond_call"] = round(max(row["p50_ms"] - call_ms, 0.0) / row["floor_ms"], 1)
+        if row.get("floor_ms") and row.get("paired_excess_ms") is not None and row.get("call_probe_p50_ms"):
+            row["call_cost_ms"] = round(max(row["call_probe_p50_ms"] - base["floor_ms"], 0.0), 2)
+            beyond = max(row["paired_excess_ms"] + base["floor_ms"], 0.0)
+            row["x_floor_beyond_call"] = round(beyond / row["floor_ms"], 1)
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -847,8 +908,9 @@ def markdown(summary: dict[str, Any]) -> str:
         f"peak RSS {summary['peak_rss_mb']} MB.",
         "",
         "Floor: the scenario's statements with psycopg alone + serialising its answer (scripts/bench_floor.py). "
-        "× floor beyond a call: (p50 − a call's fixed cost) / floor, the fixed cost (call ms) being "
-        f"{CALL_COST_SCENARIO!r}'s p50 timed just before the scenario, less its floor.",
+        f"× floor beyond a call: each scenario timed in pairs with {CALL_COST_SCENARIO!r} at c=1, call after call; "
+        "(median over the pairs of scenario − probe, + the probe's floor) / floor. Call ms: the probe's p50 in "
+        "the pairs less its floor (a call's fixed cost meanwhile).",
         "",
         "| scenario | p50 ms | p95 ms | req/s c=1 | req/s c=8 | p99 c=8 ms | CPU ms/call | floor ms | × floor "
         "| call ms | × floor beyond a call | bytes |",

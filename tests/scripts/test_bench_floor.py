@@ -63,19 +63,72 @@ def test_a_maximal_page_floor_reads_what_the_call_reads(demo_loaded: None) -> No
     assert captured.structured["truncated"] is True
 
 
-def test_the_beyond_a_call_ratio_takes_off_the_fixed_cost_timed_before_each_row() -> None:
+def test_the_beyond_a_call_ratio_takes_off_the_fixed_cost_pair_by_pair() -> None:
     from scripts import bench
 
     rows = [
-        {"scenario": bench.CALL_COST_SCENARIO, "p50_ms": 2.5, "floor_ms": 0.2, "call_probe_p50_ms": 2.5},
-        {"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 2.5},
-        {"scenario": "slower phase", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 4.2},
+        {"scenario": bench.CALL_COST_SCENARIO, "floor_ms": 0.2, "call_probe_p50_ms": 2.5, "paired_excess_ms": 0.0},
+        {"scenario": "a page", "floor_ms": 4.0, "call_probe_p50_ms": 2.5, "paired_excess_ms": 7.8},
+        {"scenario": "slower phase", "floor_ms": 4.0, "call_probe_p50_ms": 4.2, "paired_excess_ms": 7.8},
+        {"scenario": "faster than the probe", "floor_ms": 0.1, "call_probe_p50_ms": 2.5, "paired_excess_ms": -0.4},
         {"scenario": "refused", "status": "not in the catalog"},
     ]
     bench.add_beyond_call_cost(rows)
-    assert rows[0]["x_floor_beyond_call"] == 1.0 and rows[1]["x_floor_beyond_call"] == 2.0
+    assert rows[0]["x_floor_beyond_call"] == 1.0  # the probe paired with itself: its floor and nothing else
+    assert rows[1]["x_floor_beyond_call"] == 2.0  # (7.8 + 0.2) / 4.0
     assert rows[1]["call_cost_ms"] == 2.3 and rows[2]["call_cost_ms"] == 4.0
-    assert rows[2]["x_floor_beyond_call"] == 1.6 and "x_floor_beyond_call" not in rows[3]
-    alone = [{"scenario": "a page", "p50_ms": 10.3, "floor_ms": 4.0, "call_probe_p50_ms": 2.5}]
+    assert rows[2]["x_floor_beyond_call"] == 2.0  # a slower machine during the pairs changes the call, not the ratio
+    assert rows[3]["x_floor_beyond_call"] == 0.0 and "x_floor_beyond_call" not in rows[4]
+    alone = [{"scenario": "a page", "floor_ms": 4.0, "call_probe_p50_ms": 2.5, "paired_excess_ms": 7.8}]
     bench.add_beyond_call_cost(alone)  # the call's floor not measured: nothing is made up
     assert "x_floor_beyond_call" not in alone[0]
+
+
+def test_pairs_alternate_their_order_and_drop_a_pair_that_failed() -> None:
+    """``drive_paired`` against a real HTTP server (aiohttp's) that answers like ``/mcp`` and records what it
+    was asked: the probe and the scenario come back to back, in alternating order, and a pair whose scenario
+    call failed is left out of both lists and counted."""
+    import asyncio
+    import json
+
+    from aiohttp import web
+
+    from scripts import bench
+
+    asked: list[str] = []
+
+    async def mcp(request: web.Request) -> web.Response:
+        body = await request.json()
+        name = body["params"]["name"]
+        asked.append(name)
+        if len(asked) == 3:  # pair 1 (scenario first): its scenario call fails
+            result = {"isError": True, "structuredContent": {"code": "QUERY_TIMEOUT"}}
+        else:
+            result = {"structuredContent": {"name": name}}
+        reply = {"jsonrpc": "2.0", "id": body["id"], "result": result}
+        frame = f"event: message\r\ndata: {json.dumps(reply)}\r\n\r\n"
+        return web.Response(body=frame, content_type="text/event-stream")
+
+    async def run() -> bench.Paired:
+        app = web.Application()
+        app.router.add_post("/mcp", mcp)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            probe = bench.Call("t", "probe", {})
+            scenario = bench.Call("t", "scenario", {})
+            return await bench.drive_paired(f"http://127.0.0.1:{port}/mcp", probe, scenario, 4)
+        finally:
+            await runner.cleanup()
+
+    paired = asyncio.run(run())
+
+    assert asked == ["probe", "scenario", "scenario", "probe", "probe", "scenario", "scenario", "probe"]
+    assert len(paired.probe_ms) == len(paired.scenario_ms) == 3
+    assert paired.errors == {"scenario:QUERY_TIMEOUT": 1}
+    assert all(ms > 0 for ms in paired.probe_ms + paired.scenario_ms)
+    expected = sorted(s - p for p, s in zip(paired.probe_ms, paired.scenario_ms, strict=True))[1]
+    assert paired.excess_ms() == expected
