@@ -37,8 +37,7 @@ REDIS_TIMEOUT_S = 2.0
 #: How long a finished call's slot stays held in the process, idle, for the next call of its key to reuse
 #: before it is given back on its own (other processes and the REST edge see the slot held at most this much
 #: longer). Under load a tenant's next call reaches the limiter several ms after its last one finished — the
-#: event loop serves the other calls meanwhile — so the delay is set from a measured curve at c=8 (where a
-#: call takes ≈ 10 ms): Redis acquires per call 8–11 % at 5 ms, 1–1.3 % at 10 ms, 0.4–0.6 % at 20 ms
+#: event loop serves the other calls meanwhile — so the window is set from the curve measured at c=8
 #: (mcp_app/README.md "Measuring", ninth session).
 RELEASE_DELAY_S = 0.02
 

@@ -534,20 +534,19 @@ async def drive_paired(url: str, probe: Call, scenario: Call, pairs: int) -> Pai
     connector = aiohttp.TCPConnector(limit=1)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as client:
         for i in range(pairs):
-            order = (probe, scenario) if i % 2 == 0 else (scenario, probe)
-            timed: dict[int, float] = {}
-            failed = False
-            for call in order:
+            order = ((True, probe), (False, scenario)) if i % 2 == 0 else ((False, scenario), (True, probe))
+            timed: dict[bool, float] = {}  # is the probe → ms, for the calls of this pair that were ok
+            for is_probe, call in order:
                 body = rpc(call.tool, call.args, i + 1, call.meta() if call.meta else None)
                 elapsed, outcome, _ = await _one_call(client, url, headers(call.token, call.tool), body, call.check)
-                if outcome != "ok":
-                    failed = True
-                    key = f"{'probe' if call is probe else 'scenario'}:{outcome}"
+                if outcome == "ok":
+                    timed[is_probe] = elapsed
+                else:
+                    key = f"{'probe' if is_probe else 'scenario'}:{outcome}"
                     paired.errors[key] = paired.errors.get(key, 0) + 1
-                timed[id(call)] = elapsed
-            if not failed:
-                paired.probe_ms.append(timed[id(probe)])
-                paired.scenario_ms.append(timed[id(scenario)])
+            if len(timed) == 2:
+                paired.probe_ms.append(timed[True])
+                paired.scenario_ms.append(timed[False])
     return paired
 
 
