@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
@@ -85,10 +85,6 @@ def _summary(row: dict[str, Any]) -> dict[str, Any]:
     return {**{k: row[k] for k in _SUMMARY_FIELDS}, "error_code": row["error_code"] or None}
 
 
-def _runs(scope: QueryScope, run_id: str) -> QuerySet[AnalysisRun]:
-    return AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)
-
-
 def _check_field(element_type: str, field: str) -> type[AnalysisNodeSeries] | type[AnalysisLinkSeries]:
     """The series model of ``element_type``; ``field`` must be one of its fields."""
     refuse_unavailable(field)
@@ -117,6 +113,17 @@ def series_span(model: type[AnalysisNodeSeries] | type[AnalysisLinkSeries], elem
         "first_time": Subquery(of_type.order_by("time").values("time")[:1]),
         "last_time": Subquery(of_type.order_by("-time").values("time")[:1]),
     }
+
+
+@statement_factory(static=2)
+def run_with_span(model: Any, element_type: str, project_id: int, run_id: str) -> Any:
+    """The run (its key, status and error) with the span of its series of ``element_type``: a statement
+    factory (its subqueries are compiled once per type, then bound)."""
+    return (
+        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
+        .annotate(**series_span(model, element_type))
+        .values("pk", "status", "error_code", "error_message", "first_time", "last_time")[:1]
+    )
 
 
 def _span_gap(row: dict[str, Any], what: str, start: datetime, end: datetime) -> DataGap:
@@ -155,11 +162,12 @@ def list_analysis_runs(*, scope: QueryScope, page: PageRequest) -> Plan[Analysis
     )
 
 
-@service
-def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResult]:
-    """One run whole, with the result types it holds and whether it has series (one query)."""
-    rows = yield (
-        _runs(scope, run_id)
+@statement_factory
+def _run_detail(project_id: int, run_id: str) -> Any:
+    """One run whole, with the result types it holds and whether it has series: a statement factory (its
+    subqueries are compiled once, then bound)."""
+    return (
+        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)
         .annotate(
             has_nodes=Exists(AnalysisNodeSeries.objects.filter(run_id=OuterRef("pk"))),
             has_links=Exists(AnalysisLinkSeries.objects.filter(run_id=OuterRef("pk"))),
@@ -173,6 +181,12 @@ def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResul
         )
         .values(*_SUMMARY_FIELDS, "parameters", "summary", "error_message", "has_nodes", "has_links", "types")[:1]
     )
+
+
+@service
+def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResult]:
+    """One run whole, with the result types it holds and whether it has series (one query)."""
+    rows = yield _run_detail(scope.project_id, run_id)
     if not rows:
         raise NotFound("No analysis run with that id in this project.")
     row = rows[0]
@@ -195,6 +209,15 @@ def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResul
     )
 
 
+@statement_factory(static=1)
+def _run_with_count(typed: bool, project_id: int, run_id: str, *result_type: str) -> Any:
+    """The run's key with the number of its results — of ``result_type`` when ``typed`` (then its one
+    value) — a statement factory (the filtered count is compiled once per ``typed``, then bound)."""
+    matching = Q(results__result_type=result_type[0]) if typed else Q()
+    runs = AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)
+    return runs.annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
+
+
 @service
 def list_analysis_results(
     *, scope: QueryScope, run_id: str, result_type: str | None, page: PageRequest
@@ -202,8 +225,10 @@ def list_analysis_results(
     """One page of a run's results in sequence order, optionally of one ``result_type`` (two queries:
     the run with the matching count, then the page)."""
     refuse_unavailable(result_type)
-    matching = Q(results__result_type=result_type) if result_type else Q()
-    runs = yield _runs(scope, run_id).annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
+    if result_type:
+        runs = yield _run_with_count(True, scope.project_id, run_id, result_type)
+    else:
+        runs = yield _run_with_count(False, scope.project_id, run_id)
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
     run = runs[0]
@@ -251,6 +276,18 @@ def _check_window(start: datetime, end: datetime) -> None:
         raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
 
 
+@statement_factory(static=2)
+def _run_for_series(model: Any, element_type: str, project_id: int, run_id: str, element_id: str) -> Any:
+    """The run, whether the element exists in the project's network, and the span of the run's series of
+    ``element_type``: a statement factory (its subqueries are compiled once per type, then bound)."""
+    element = ELEMENT_MODELS[element_type].objects.filter(project_id=project_id, element_id=element_id)
+    return (
+        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
+        .annotate(element_exists=Exists(element), **series_span(model, element_type))
+        .values("pk", "status", "error_code", "error_message", "element_exists", "first_time", "last_time")[:1]
+    )
+
+
 @service
 def query_analysis_series(
     *,
@@ -266,12 +303,7 @@ def query_analysis_series(
     the element's existence and the run's series span, then the points)."""
     model = _check_field(element_type, field)
     _check_window(start, end)
-    element = ELEMENT_MODELS[element_type].objects.filter(project_id=scope.project_id, element_id=element_id)
-    runs = yield (
-        _runs(scope, run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-        .annotate(element_exists=Exists(element), **series_span(model, element_type))
-        .values("pk", "status", "error_code", "error_message", "element_exists", "first_time", "last_time")[:1]
-    )
+    runs = yield _run_for_series(model, element_type, scope.project_id, run_id, element_id)
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
     run = runs[0]

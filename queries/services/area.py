@@ -238,18 +238,21 @@ def element_area(kind: str, project_id: int, element_type: str, *values: Any) ->
     return within_radius(F("geog"), lon, lat, radius_m)
 
 
-def device_area(area: Area, project_id: int) -> Q | Func | Exists:
-    """A filter on ``ScadaDevice`` for ``area``: its element's district, or where it is installed."""
-    if area.district is not None:
+def device_area(kind: str, project_id: int, *values: Any) -> Q | Func | Exists:
+    """A filter on ``ScadaDevice`` for an area of ``kind`` with ``values`` (``Area.kind``, ``Area.values``):
+    its element's district, or where it is installed — each value one parameter, for statement factories."""
+    if kind == "district":
+        (district,) = values
         return Exists(
             ElementGisProperties.objects.filter(
                 project_id=project_id,
                 element_type=OuterRef("element_type"),
                 element_id=OuterRef("element_id"),
-                district=area.district,
+                district=district,
             )
         )
-    if area.feature_pk is not None:
-        return Func(F("location"), _polygon(area.feature_pk), function="ST_Intersects", output_field=BooleanField())
-    assert area.center is not None and area.radius_m is not None
-    return within_radius(Cast("location", PointField(srid=4326, geography=True)), *area.center, area.radius_m)
+    if kind == "polygon":
+        (feature_pk,) = values
+        return Func(F("location"), _polygon(feature_pk), function="ST_Intersects", output_field=BooleanField())
+    lon, lat, radius_m = values
+    return within_radius(Cast("location", PointField(srid=4326, geography=True)), lon, lat, radius_m)

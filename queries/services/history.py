@@ -40,7 +40,6 @@ from queries.models import (
     NODE_TYPES,
     AnalysisLinkSeries,
     AnalysisNodeSeries,
-    AnalysisRun,
     LinkBaseline,
     NodeBaseline,
     ScadaDevice,
@@ -51,7 +50,7 @@ from queries.plan import Plan, Raw, service
 from queries.scada_units import STORAGE_UNITS
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
-from queries.services.analysis import require_series, series_span
+from queries.services.analysis import require_series, run_with_span
 
 SOURCE = "element_history"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
@@ -346,11 +345,7 @@ def query_element_history(
     run: dict[str, Any] | None = None
     if mode == "analysis_comparison":
         span_model = AnalysisNodeSeries if elements[0].element_type in NODE_TYPES else AnalysisLinkSeries
-        runs = yield (
-            AnalysisRun.objects.filter(project_id=scope.project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-            .annotate(**series_span(span_model, elements[0].element_type))
-            .values("pk", "status", "error_code", "error_message", "first_time", "last_time")[:1]
-        )
+        runs = yield run_with_span(span_model, elements[0].element_type, scope.project_id, run_id)
         if not runs:
             raise NotFound("No analysis run with that id in this project.")
         run = runs[0]

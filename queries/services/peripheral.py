@@ -24,7 +24,7 @@ from django.db.models import Count, Model, QuerySet
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_TYPES, Observation, PeripheralPoint, TestData, WorkOrder
-from queries.plan import Plan, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import Origin, PageRequest, TimeWindow
 from queries.schemas.peripheral import (
     ObservationItem,
@@ -168,6 +168,28 @@ def _origin(groups: list[dict[str, Any]]) -> tuple[int, Origin]:
     return total, "measured" if all_real else "synthetic"
 
 
+def _filtered(model: Any, by_point: bool, by_start: bool, by_end: bool, project_id: int, *values: Any) -> QuerySet[Any]:
+    """The project's rows of one source, filtered by what the call gave: its point, then the window's start
+    and end, each present when its flag is (``values`` holds them in that order)."""
+    rows: QuerySet[Any] = model.objects.filter(project_id=project_id)
+    rest = iter(values)
+    if by_point:
+        rows = rows.filter(point_id=next(rest))
+    if by_start:
+        rows = rows.filter(recorded_at__gte=next(rest))
+    if by_end:
+        rows = rows.filter(recorded_at__lt=next(rest))
+    return rows
+
+
+@statement_factory(static=4)
+def _groups(*args: Any) -> Any:
+    """The rows' count per ``synthetic`` value (at most two groups): the total and the origin in one
+    statement, a statement factory (the aggregate is compiled once per source and filters, then bound)."""
+    rows = _filtered(*args)
+    return rows.order_by().values("synthetic").annotate(n=Count("pk")).order_by("synthetic")[:2]
+
+
 @service
 def query_peripheral_data(
     *,
@@ -181,20 +203,18 @@ def query_peripheral_data(
     """One page of one peripheral source of the caller's project, with its total (two queries; three
     with ``point_id`` on a time-stamped source: the point is looked up first)."""
     adapter = _check(source, start, end)
-    base: QuerySet[Any] = adapter.model.objects.filter(project_id=scope.project_id)  # type: ignore[attr-defined]
+    point: Any = point_id
     if point_id is not None and adapter.timed:
         points = yield PeripheralPoint.objects.filter(project_id=scope.project_id, point_id=point_id).values("pk")[:1]
         if not points:
             raise NotFound("No peripheral point with that id in this project.")
-        base = base.filter(point_id=points[0]["pk"])
-    elif point_id is not None:
-        base = base.filter(point_id=point_id)
-    if start is not None:
-        base = base.filter(recorded_at__gte=start)
-    if end is not None:
-        base = base.filter(recorded_at__lt=end)
+        point = points[0]["pk"]
+    # The filters present are the statement's shape; their values are bound.
+    shape = (adapter.model, point is not None, start is not None, end is not None)
+    values = tuple(v for v in (point, start, end) if v is not None)
+    base = _filtered(*shape, scope.project_id, *values)
     # total and origin in one statement: at most two groups (synthetic true/false)
-    groups = yield base.order_by().values("synthetic").annotate(n=Count("pk")).order_by("synthetic")[:2]
+    groups = yield _groups(*shape, scope.project_id, *values)
     total, origin = _origin(groups)
     if point_id is not None and not adapter.timed and total == 0:
         raise NotFound("No peripheral point with that id in this project.")

@@ -20,7 +20,7 @@ from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from queries.models import SensorPlacementRun
 from queries.paging import collection, page_of
-from queries.plan import Plan, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import PageRequest
 from queries.schemas.placement import (
     SelectedSensor,
@@ -78,13 +78,13 @@ def list_sensor_placement_runs(*, scope: QueryScope, page: PageRequest) -> Plan[
     )
 
 
-@service
-def get_sensor_placement_run(*, scope: QueryScope, run_id: str, page: PageRequest) -> Plan[SensorPlacementRunResult]:
-    """One run with one page of its selected sensors in rank order (one query: the page of the array,
-    its length and the scalar scores are all computed in the database)."""
-    window = json.dumps({"first": page.offset, "last": page.offset + page.limit - 1})
-    rows = yield (
-        SensorPlacementRun.objects.filter(project_id=scope.project_id, run_id=run_id)
+@statement_factory
+def _run_with_sensors(project_id: int, run_id: str, window: str) -> QuerySet[Any]:
+    """The run with one window of its selected sensors (``window``: the jsonpath variables ``first`` and
+    ``last`` as JSON), its sensor count and its scores split into scalars and omitted arrays, all computed
+    in the database: a statement factory (compiled once, then bound)."""
+    return (
+        SensorPlacementRun.objects.filter(project_id=project_id, run_id=run_id)
         .annotate(
             sensor_count=_sensor_count(),
             sensors=RawSQL(
@@ -107,6 +107,14 @@ def get_sensor_placement_run(*, scope: QueryScope, run_id: str, page: PageReques
         )
         .values(*_SUMMARY_FIELDS, "sensors", "scalar_scores", "omitted_scores")[:1]
     )
+
+
+@service
+def get_sensor_placement_run(*, scope: QueryScope, run_id: str, page: PageRequest) -> Plan[SensorPlacementRunResult]:
+    """One run with one page of its selected sensors in rank order (one query: the page of the array,
+    its length and the scalar scores are all computed in the database)."""
+    window = json.dumps({"first": page.offset, "last": page.offset + page.limit - 1})
+    rows = yield _run_with_sensors(scope.project_id, run_id, window)
     if not rows:
         raise NotFound("No sensor placement run with that id in this project.")
     row = rows[0]

@@ -25,7 +25,7 @@ from contexts.errors import InvalidParameter, LimitExceeded
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_MODELS, LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
 from queries.paging import collection, page_of
-from queries.plan import Plan, Raw, service
+from queries.plan import Plan, Raw, service, statement_factory
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow
 from queries.schemas.ranking import (
     BaselineRanking,
@@ -188,6 +188,19 @@ _DEVIATION_COLUMNS = (
 )  # fmt: skip
 
 
+@statement_factory(static=1)
+def _devices_of(area_kind: str, project_id: int, quantity: str, *area: Any) -> QuerySet[Any]:
+    """The devices measuring ``quantity`` (in the area of ``area_kind`` with the values ``area``, or all) in
+    device-id order, one more than ``MAX_DEVICES``: a statement factory (the area is a subquery or a GIS
+    function the shape cache cannot key; compiled once per kind of area, then bound)."""
+    devices = ScadaDevice.objects.filter(project_id=project_id, quantity=quantity)
+    if area_kind != "all":
+        devices = devices.filter(device_area(area_kind, project_id, *area))
+    return devices.order_by("device_id").values_list(
+        "id", "device_id", "unit", "element_type", "element_id", "sample_interval_s"
+    )[: MAX_DEVICES + 1]
+
+
 @service
 def rank_scada_deviation(
     *,
@@ -209,12 +222,9 @@ def rank_scada_deviation(
     limit = _check_limit(limit)
     window = time_window(start, end)
     where = yield from resolve_area(scope.project_id, parse_area(area))
-    devices = ScadaDevice.objects.filter(project_id=scope.project_id, quantity=quantity)
-    if where is not None:
-        devices = devices.filter(device_area(where, scope.project_id))
-    listed = yield devices.order_by("device_id").values_list(
-        "id", "device_id", "unit", "element_type", "element_id", "sample_interval_s"
-    )[: MAX_DEVICES + 1]
+    listed = yield _devices_of(
+        where.kind if where else "all", scope.project_id, quantity, *(where.values() if where else ())
+    )
     if len(listed) > MAX_DEVICES:
         raise LimitExceeded(
             f"More than {MAX_DEVICES} {quantity} devices to compare; narrow with area.", details={"field": "area"}
