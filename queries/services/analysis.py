@@ -218,6 +218,16 @@ def _run_with_count(typed: bool, project_id: int, run_id: str, *result_type: str
     return runs.annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
 
 
+@collection(static=1)
+def _results_of(typed: bool, run_pk: int, *result_type: str) -> Any:
+    """A run's results in sequence order — of ``result_type`` when ``typed`` (then its one value) — read
+    as statement factories (``queries.paging.collection``; its total comes with the run)."""
+    results = AnalysisResult.objects.filter(run_id=run_pk)
+    if typed:
+        results = results.filter(result_type=result_type[0])
+    return results.order_by("sequence").values("sequence", "result_type", "payload", "element_refs")
+
+
 @service
 def list_analysis_results(
     *, scope: QueryScope, run_id: str, result_type: str | None, page: PageRequest
@@ -232,12 +242,11 @@ def list_analysis_results(
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
     run = runs[0]
-    results = AnalysisResult.objects.filter(run_id=run["pk"])
-    if result_type:
-        results = results.filter(result_type=result_type)
-    rows = yield results.order_by("sequence").values("sequence", "result_type", "payload", "element_refs")[
-        page.offset : page.offset + page.limit
-    ]
+    of = (True, run["pk"], result_type) if result_type else (False, run["pk"])
+    if page.offset:
+        rows = yield _results_of.at(*of, page.offset, page.limit)
+    else:
+        rows = yield _results_of.first(*of, page.limit)
     items = [
         AnalysisResultItem(
             sequence=r["sequence"],
@@ -288,6 +297,18 @@ def _run_for_series(model: Any, element_type: str, project_id: int, run_id: str,
     )
 
 
+@statement_factory(static=2)
+def _run_points(
+    model: Any, field: str, run_pk: int, element_type: str, element_id: str, start: datetime, end: datetime
+) -> Any:
+    """One field of one element of a run in ``[start, end)``, in time order, one past ``MAX_POINTS`` at
+    most: a statement factory (compiled once per series model and field, then bound)."""
+    points = model.objects.filter(
+        run_id=run_pk, element_type=element_type, element_id=element_id, time__gte=start, time__lt=end
+    )
+    return points.order_by("time").values_list("time", field)[: MAX_POINTS + 1]
+
+
 @service
 def query_analysis_series(
     *,
@@ -310,13 +331,7 @@ def query_analysis_series(
     if not run["element_exists"]:
         raise NotFound(f"No {element_type} with that id in this project.")
     require_series(run_id, run)
-    rows = yield (
-        model.objects.filter(
-            run_id=run["pk"], element_type=element_type, element_id=element_id, time__gte=start, time__lt=end
-        )
-        .order_by("time")
-        .values_list("time", field)[: MAX_POINTS + 1]
-    )
+    rows = yield _run_points(model, field, run["pk"], element_type, element_id, start, end)
     if len(rows) > MAX_POINTS:
         raise LimitExceeded(f"More than {MAX_POINTS} points in the window; narrow start/end.")
     gaps = [] if rows else [_span_gap(run, element_type, start, end)]

@@ -25,7 +25,7 @@ from django.db.models.functions import Cast
 
 from contexts.errors import InvalidParameter, NotFound
 from queries.models import ElementGisProperties, GisFeature
-from queries.plan import Plan
+from queries.plan import Plan, statement_factory
 
 MAX_RADIUS_M = 10000.0
 _POLYGONS = ("POLYGON", "MULTIPOLYGON")
@@ -164,27 +164,37 @@ def parse_area(area: Mapping[str, Any] | None) -> Area | None:
     return Area(center=(lon, lat), radius_m=float(radius))
 
 
+@statement_factory
+def _district(project_id: int, district: str) -> Any:
+    """Whether an element of the project has GIS district ``district`` (a statement factory, compiled once)."""
+    return ElementGisProperties.objects.filter(project_id=project_id, district=district).values_list(
+        "district", flat=True
+    )[:1]
+
+
+@statement_factory
+def _feature_kind(project_id: int, layer_key: str, source_fid: str) -> Any:
+    """A GIS feature of the project with its geometry type (a statement factory, compiled once)."""
+    return (
+        GisFeature.objects.filter(layer__project_id=project_id, layer__layer_key=layer_key, source_fid=source_fid)
+        .annotate(kind=Func(F("geom"), function="GeometryType", output_field=CharField()))
+        .values("pk", "kind")[:1]
+    )
+
+
 def resolve_area(project_id: int, area: Area | None) -> Plan[Area | None]:
     """A plan step (``yield from``): the district must name elements of the project, the polygon must
     be a polygon feature of one of its layers. One query; none for a circle."""
     if area is None or area.center is not None:
         return area
     if area.district is not None:
-        found = yield ElementGisProperties.objects.filter(project_id=project_id, district=area.district).values_list(
-            "district", flat=True
-        )[:1]
+        found = yield _district(project_id, area.district)
         if not found:
             raise NotFound(
                 f"No element has GIS district {area.district!r} in this project.", details={"field": "area.district"}
             )
         return area
-    rows = (
-        yield GisFeature.objects.filter(
-            layer__project_id=project_id, layer__layer_key=area.layer_key, source_fid=area.source_fid
-        )
-        .annotate(kind=Func(F("geom"), function="GeometryType", output_field=CharField()))
-        .values("pk", "kind")[:1]
-    )
+    rows = yield _feature_kind(project_id, area.layer_key, area.source_fid)
     if not rows:
         raise NotFound("No GIS feature with that layer_key and source_fid in this project.", details={"field": "area"})
     if (rows[0]["kind"] or "").upper() not in _POLYGONS:

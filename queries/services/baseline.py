@@ -146,13 +146,36 @@ def _instant(rows: list[dict[str, Any]], time: datetime, what: str) -> dict[str,
     return before
 
 
+def _window_series(element_type: str, project_id: int, start: datetime, end: datetime, ids: Sequence[str]) -> Any:
+    """The baseline rows of ``ids`` (elements of ``element_type``) in ``[start, end)``."""
+    return _model(element_type).objects.filter(
+        project_id=project_id, element_type=element_type, element_id__in=ids, time__gte=start, time__lt=end
+    )
+
+
+@statement_factory(static=2)
+def _known(element_type: str, n: int, project_id: int, *ids: str) -> Any:
+    """Which of the ``n`` ``ids`` are elements of ``element_type`` in the project's network: a statement
+    factory (compiled once per type and number of ids, then bound)."""
+    named = ELEMENT_MODELS[element_type].objects.filter(project_id=project_id, element_id__in=ids)
+    return named.values_list("element_id", flat=True)[:n]
+
+
+@collection(static=3)
+def _points_of(
+    element_type: str, n: int, names: tuple[str, ...], project_id: int, start: datetime, end: datetime, *ids: str
+) -> Any:
+    """The ``names`` fields of the ``n`` elements' baseline in ``[start, end)``, by element then time, read
+    as statement factories (``queries.paging.collection``; the total comes from ``_spans``)."""
+    series = _window_series(element_type, project_id, start, end, ids)
+    return series.order_by("element_id", "time").values("element_id", "time", *names)
+
+
 @statement_factory(static=2)
 def _spans(element_type: str, n: int, project_id: int, start: datetime, end: datetime, *ids: str) -> Any:
     """Per element of the ``n`` ``ids``, its count of instants and its first and last in ``[start, end)``: a
     statement factory (the aggregate is compiled once per type and number of elements, then bound)."""
-    series = _model(element_type).objects.filter(
-        project_id=project_id, element_type=element_type, element_id__in=ids, time__gte=start, time__lt=end
-    )
+    series = _window_series(element_type, project_id, start, end, ids)
     # Ordered by an aggregate, not by element_id: with ORDER BY element_id + LIMIT the planner walks
     # the (project, type, element, time) btree in order filtering every element of the type (0.8 s for
     # 20 junctions × 24 h on the demo) instead of probing the 20 ids (``element_id = ANY``, ~2 ms).
@@ -189,23 +212,12 @@ def query_model_baseline_series(
     ids = check_targets(element_ids, "element id")
     window = time_window(start, end)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
-    known = (
-        yield ELEMENT_MODELS[element_type]
-        .objects.filter(project_id=scope.project_id, element_id__in=ids)
-        .values_list("element_id", flat=True)[: len(ids)]
-    )
+    known = yield _known(element_type, len(ids), scope.project_id, *ids)
     unknown = [i for i in ids if i not in set(known)]
     if unknown:
         raise NotFound(
             f"No {element_type} with id {', '.join(unknown)} in this project.", details={"unknown_element_ids": unknown}
         )
-    series = _model(element_type).objects.filter(
-        project_id=scope.project_id,
-        element_type=element_type,
-        element_id__in=ids,
-        time__gte=window.start,
-        time__lt=window.end,
-    )
     spans = yield _spans(element_type, len(ids), scope.project_id, window.start, window.end, *ids)
     total = sum(s["n"] for s in spans)
     if total > MAX_POINTS:
@@ -214,9 +226,11 @@ def query_model_baseline_series(
             "or a shorter window."
         )
     gaps = _series_gaps(ids, spans, window)
-    rows = yield series.order_by("element_id", "time").values("element_id", "time", *names)[
-        page.offset : page.offset + page.limit
-    ]
+    shape, values = (element_type, len(ids), tuple(names)), (scope.project_id, window.start, window.end, *ids)
+    if page.offset:
+        rows = yield _points_of.at(*shape, *values, page.offset, page.limit)
+    else:
+        rows = yield _points_of.first(*shape, *values, page.limit)
     # Rows typed by their columns: built without re-validation (up to 10000 points).
     items = [
         BaselinePoint.model_construct(element_id=r["element_id"], time=r["time"], values={f: r[f] for f in names})

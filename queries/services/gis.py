@@ -11,13 +11,14 @@ layer, feature or element of another project is "not found", like a missing one.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
-from django.contrib.gis.geos import GEOSGeometry
+from django.db.models import CharField, F, FloatField, Func, QuerySet
 
 from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_TYPES, ElementGisProperties, GisFeature
-from queries.plan import Plan, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.gis import (
     ElementGisAttributes,
     ElementGisPropertiesResult,
@@ -36,15 +37,21 @@ def _blank_to_none(value: str | None) -> str | None:
     return value or None
 
 
+@statement_factory
+def _register(project_id: int, element_type: str, element_id: str) -> QuerySet[Any]:
+    """One element's register attributes (a statement factory: compiled once, then bound)."""
+    rows = ElementGisProperties.objects.filter(project_id=project_id, element_type=element_type, element_id=element_id)
+    register: QuerySet[Any] = rows.values(*REGISTER_FIELDS, "properties")[:1]
+    return register
+
+
 @service
 def get_element_gis_properties(
     *, scope: QueryScope, element_type: str, element_id: str
 ) -> Plan[ElementGisPropertiesResult]:
     """The register attributes of one element of the caller's project (one query)."""
     _check_type(element_type)
-    rows = yield ElementGisProperties.objects.filter(
-        project_id=scope.project_id, element_type=element_type, element_id=element_id
-    ).values(*REGISTER_FIELDS, "properties")[:1]
+    rows = yield _register(scope.project_id, element_type, element_id)
     if not rows:
         raise NotFound(f"No GIS attributes for {element_type} {element_id} in this project.")
     row = rows[0]
@@ -67,21 +74,39 @@ def get_element_gis_properties(
     )
 
 
-def _bbox(geom: GEOSGeometry | None) -> list[float] | None:
-    if geom is None or geom.empty:
-        return None
-    return [round(v, 7) for v in geom.extent]
+#: The feature's geometry type (GEOS's name: ``ST_GeometryType`` without its ``ST_``) and bounding box
+#: (``ST_XMin`` … of ``geometry::box3d``: exact doubles, null for an empty geometry) read in SQL — no GEOS
+#: object per call.
+_EDGES = ("ST_XMin", "ST_YMin", "ST_XMax", "ST_YMax")
+_GEOMETRY_FACTS: dict[str, Func] = {
+    "geometry_type": Func(
+        F("geom"),
+        function="ST_GeometryType",
+        template="substr(%(function)s(%(expressions)s), 4)",
+        output_field=CharField(),
+    ),
+    **{
+        edge: Func(
+            F("geom"), function=edge, template="%(function)s((%(expressions)s)::box3d)", output_field=FloatField()
+        )
+        for edge in _EDGES
+    },
+}
 
 
-@service
-def get_source_gis_properties(*, scope: QueryScope, layer_key: str, source_fid: str) -> Plan[SourceGisFeatureResult]:
-    """One raw feature of a source GIS layer of the caller's project, with its layer (one query)."""
-    rows = yield GisFeature.objects.filter(
-        layer__project_id=scope.project_id, layer__layer_key=layer_key, source_fid=source_fid
+def _bbox(row: dict[str, Any]) -> list[float] | None:
+    edges = [row[edge] for edge in _EDGES]
+    return None if any(v is None for v in edges) else [round(v, 7) for v in edges]
+
+
+@statement_factory
+def _feature(project_id: int, layer_key: str, source_fid: str) -> QuerySet[Any]:
+    """One feature of a layer with its layer's facts (a statement factory: compiled once, then bound)."""
+    return GisFeature.objects.filter(
+        layer__project_id=project_id, layer__layer_key=layer_key, source_fid=source_fid
     ).values(
         "source_fid",
         "properties",
-        "geom",
         "element_type",
         "element_id",
         "layer__layer_key",
@@ -90,11 +115,17 @@ def get_source_gis_properties(*, scope: QueryScope, layer_key: str, source_fid: 
         "layer__source_crs",
         "layer__source_name",
         "layer__exported_at",
+        **_GEOMETRY_FACTS,
     )[:1]
+
+
+@service
+def get_source_gis_properties(*, scope: QueryScope, layer_key: str, source_fid: str) -> Plan[SourceGisFeatureResult]:
+    """One raw feature of a source GIS layer of the caller's project, with its layer (one query)."""
+    rows = yield _feature(scope.project_id, layer_key, source_fid)
     if not rows:
         raise NotFound("No feature with that id in that GIS layer of this project.")
     row = rows[0]
-    geom: GEOSGeometry | None = row["geom"]
     matched = (
         ModelElementRef(element_type=row["element_type"], element_id=row["element_id"])
         if row["element_type"] in ELEMENT_TYPES and row["element_id"]
@@ -117,8 +148,8 @@ def get_source_gis_properties(*, scope: QueryScope, layer_key: str, source_fid: 
             ),
             source_fid=row["source_fid"],
             properties=row["properties"],
-            geometry_type=None if geom is None else geom.geom_type,
-            bbox=_bbox(geom),
+            geometry_type=row["geometry_type"],
+            bbox=_bbox(row),
             matched_element=matched,
         ),
     )

@@ -171,6 +171,18 @@ def list_elements(*, scope: QueryScope, element_type: str, page: PageRequest) ->
     )
 
 
+@statement_factory
+def _options(project_id: int, kind: str, pump_id: str) -> Any:
+    """One kind of options (``pump_id`` "" but for a pump's energy): a statement factory, compiled once."""
+    return NetworkOptions.objects.filter(project_id=project_id, kind=kind, pump_id=pump_id).values("values")[:1]
+
+
+@statement_factory
+def _schema(project_id: int, kind: str) -> Any:
+    """One kind's schema: a statement factory, compiled once."""
+    return NetworkSchema.objects.filter(project_id=project_id, kind=kind).values("description", "properties")[:1]
+
+
 @service
 def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = None) -> Plan[NetworkOptionsResult]:
     """One kind of the project's network options; pump energy options need the pump's id."""
@@ -178,9 +190,7 @@ def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = N
         raise InvalidParameter("pump_energy options need pump_id (the pump's element id).")
     if kind != "pump_energy" and pump_id:
         raise InvalidParameter("pump_id applies only to kind=pump_energy.")
-    rows = yield NetworkOptions.objects.filter(project_id=scope.project_id, kind=kind, pump_id=pump_id or "").values(
-        "values"
-    )[:1]
+    rows = yield _options(scope.project_id, kind, pump_id or "")
     if not rows:
         raise NotFound("No such network options in this project.")
     row = rows[0]
@@ -198,9 +208,7 @@ def get_network_options(*, scope: QueryScope, kind: str, pump_id: str | None = N
 @service
 def get_network_schema(*, scope: QueryScope, kind: str) -> Plan[NetworkSchemaResult]:
     """What the properties of one kind (element type, device or option set) mean: type, unit, enum."""
-    rows = yield NetworkSchema.objects.filter(project_id=scope.project_id, kind=kind).values(
-        "description", "properties"
-    )[:1]
+    rows = yield _schema(scope.project_id, kind)
     if not rows:
         raise NotFound("No schema of that kind in this project.")
     row = rows[0]

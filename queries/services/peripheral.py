@@ -24,6 +24,7 @@ from django.db.models import Count, Model, QuerySet
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_TYPES, Observation, PeripheralPoint, TestData, WorkOrder
+from queries.paging import collection
 from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import Origin, PageRequest, TimeWindow
 from queries.schemas.peripheral import (
@@ -168,10 +169,12 @@ def _origin(groups: list[dict[str, Any]]) -> tuple[int, Origin]:
     return total, "measured" if all_real else "synthetic"
 
 
-def _filtered(model: Any, by_point: bool, by_start: bool, by_end: bool, project_id: int, *values: Any) -> QuerySet[Any]:
+def _filtered(
+    source: str, by_point: bool, by_start: bool, by_end: bool, project_id: int, *values: Any
+) -> QuerySet[Any]:
     """The project's rows of one source, filtered by what the call gave: its point, then the window's start
     and end, each present when its flag is (``values`` holds them in that order)."""
-    rows: QuerySet[Any] = model.objects.filter(project_id=project_id)
+    rows: QuerySet[Any] = ADAPTERS[source].model.objects.filter(project_id=project_id)  # type: ignore[attr-defined]
     rest = iter(values)
     if by_point:
         rows = rows.filter(point_id=next(rest))
@@ -190,6 +193,21 @@ def _groups(*args: Any) -> Any:
     return rows.order_by().values("synthetic").annotate(n=Count("pk")).order_by("synthetic")[:2]
 
 
+@collection(static=4)
+def _rows_of(*args: Any) -> QuerySet[Any]:
+    """The rows of ``_filtered`` in the source's order, read as statement factories
+    (``queries.paging.collection``; the total comes from ``_groups``)."""
+    adapter = ADAPTERS[args[0]]
+    return _filtered(*args).order_by(*adapter.order).values(*adapter.fields)
+
+
+@statement_factory
+def _point_key(project_id: int, point_id: str) -> QuerySet[Any]:
+    """A peripheral point of the project by its id (a statement factory: compiled once, then bound)."""
+    point: QuerySet[Any] = PeripheralPoint.objects.filter(project_id=project_id, point_id=point_id).values("pk")[:1]
+    return point
+
+
 @service
 def query_peripheral_data(
     *,
@@ -205,20 +223,22 @@ def query_peripheral_data(
     adapter = _check(source, start, end)
     point: Any = point_id
     if point_id is not None and adapter.timed:
-        points = yield PeripheralPoint.objects.filter(project_id=scope.project_id, point_id=point_id).values("pk")[:1]
+        points = yield _point_key(scope.project_id, point_id)
         if not points:
             raise NotFound("No peripheral point with that id in this project.")
         point = points[0]["pk"]
     # The filters present are the statement's shape; their values are bound.
-    shape = (adapter.model, point is not None, start is not None, end is not None)
-    values = tuple(v for v in (point, start, end) if v is not None)
-    base = _filtered(*shape, scope.project_id, *values)
+    shape = (source, point is not None, start is not None, end is not None)
+    values = (scope.project_id, *(v for v in (point, start, end) if v is not None))
     # total and origin in one statement: at most two groups (synthetic true/false)
-    groups = yield _groups(*shape, scope.project_id, *values)
+    groups = yield _groups(*shape, *values)
     total, origin = _origin(groups)
     if point_id is not None and not adapter.timed and total == 0:
         raise NotFound("No peripheral point with that id in this project.")
-    rows = yield base.order_by(*adapter.order).values(*adapter.fields)[page.offset : page.offset + page.limit]
+    if page.offset:
+        rows = yield _rows_of.at(*shape, *values, page.offset, page.limit)
+    else:
+        rows = yield _rows_of.first(*shape, *values, page.limit)
     items = [adapter.item(row) for row in rows]
     data = PeripheralPage(
         items=items,

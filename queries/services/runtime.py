@@ -16,7 +16,7 @@ from typing import Any
 from contexts.errors import NotFound
 from contexts.scope import QueryScope
 from queries.models import WorkbenchRuntime
-from queries.plan import Plan, service
+from queries.plan import Plan, service, statement_factory
 from queries.schemas.runtime import DataSourceStatus, WorkbenchRuntimeResult
 from queries.schemas.runtime import WorkbenchRuntime as WorkbenchRuntimeData
 
@@ -46,12 +46,17 @@ def _status(name: str, entry: object) -> DataSourceStatus:
     )
 
 
+@statement_factory
+def _snapshot(project_id: int) -> Any:
+    """The project's runtime snapshot: a statement factory, compiled once."""
+    snapshots = WorkbenchRuntime.objects.filter(project_id=project_id)
+    return snapshots.values("simulation_clock", "active_scenario", "mode", "data_sources", "captured_at")[:1]
+
+
 @service
 def get_workbench_runtime(*, scope: QueryScope, data_source: str | None = None) -> Plan[WorkbenchRuntimeResult]:
     """The caller's project's workbench runtime snapshot (one query)."""
-    rows = yield WorkbenchRuntime.objects.filter(project_id=scope.project_id).values(
-        "simulation_clock", "active_scenario", "mode", "data_sources", "captured_at"
-    )[:1]
+    rows = yield _snapshot(scope.project_id)
     if not rows:
         raise NotFound("This project has no workbench runtime snapshot.")
     row = rows[0]

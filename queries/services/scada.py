@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.db.models import QuerySet
 from pydantic import TypeAdapter
 
 from contexts.errors import InvalidParameter, LimitExceeded, NotFound
@@ -24,7 +25,7 @@ from queries.coordinates import coordinates, rounded
 from queries.fitting import least_json_bytes, model_skeleton
 from queries.models import ScadaDevice, ScadaReading
 from queries.paging import budgeted_rows, collection, page_of
-from queries.plan import Plan, Raw, count_of, service
+from queries.plan import CountOf, Plan, Raw, count_of, service, statement_factory
 from queries.schemas.common import PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.scada import (
     ReadingField,
@@ -135,11 +136,38 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
     )
 
 
+@statement_factory
+def _one_device(project_id: int, device_id: str) -> QuerySet[Any]:
+    """One device of the project (a statement factory: compiled once, then bound)."""
+    lookup = ScadaDevice.objects.filter(project_id=project_id, device_id=device_id)
+    one: QuerySet[Any] = lookup.values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)[:1]
+    return one
+
+
+@statement_factory(static=1)
+def _devices_named(n: int, project_id: int, *ids: str) -> QuerySet[Any]:
+    """The project's devices among the ``n`` ``ids`` (key, unit, pk): a statement factory (compiled once
+    per number of ids, then bound)."""
+    named = ScadaDevice.objects.filter(project_id=project_id, device_id__in=ids)
+    return named.values_list("device_id", "unit", "id")[:MAX_TARGETS]
+
+
+@statement_factory(static=1)
+def _readings_count(n: int, project_id: int, start: datetime, end: datetime, *pks: int) -> CountOf:
+    """How many readings the ``n`` devices (their keys ``pks``, found in this project) have in ``[start,
+    end)``, counted up to one past ``MAX_POINTS``: a statement factory (compiled once per number of
+    devices, then bound). By the devices' keys: the (device, time) btree is probed per device instead of
+    every device's rows of the window being scanned and joined. Counted unordered."""
+    readings = ScadaReading.objects.filter(
+        device_id__in=pks, device__project_id=project_id, time__gte=start, time__lt=end
+    ).order_by()
+    return count_of(readings.values_list("time")[: MAX_POINTS + 1])
+
+
 @service
 def get_scada_device(*, scope: QueryScope, device_id: str) -> Plan[ScadaDeviceResult]:
     """One SCADA device of the caller's project (one query)."""
-    lookup = ScadaDevice.objects.filter(project_id=scope.project_id, device_id=device_id)
-    rows = yield lookup.values(*_DEVICE_FIELDS, **_DEVICE_COORDINATES)[:1]
+    rows = yield _one_device(scope.project_id, device_id)
     if not rows:
         raise NotFound("No SCADA device with that id in this project.")
     device = _device(rows[0])
@@ -255,9 +283,7 @@ def query_scada_readings(
     ids = check_targets(device_ids, "device id")
     window = time_window(start, end)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
-    devices = yield ScadaDevice.objects.filter(project_id=scope.project_id, device_id__in=ids).values_list(
-        "device_id", "unit", "id"
-    )[:MAX_TARGETS]
+    devices = yield _devices_named(len(ids), scope.project_id, *ids)
     units = {device_id: unit for device_id, unit, _ in devices}
     unknown = [i for i in ids if i not in units]
     if unknown:
@@ -291,25 +317,13 @@ def query_scada_readings(
         for g in gap_rows[:MAX_GAPS]
         if g["start"] < covered_end
     ]
-    # By the devices' keys (found in this project above): the (device, time) btree is probed per device
-    # instead of every device's rows of the window being scanned and joined. Counted unordered.
-    readings = (
-        ScadaReading.objects.filter(
-            device_id__in=[pk for _, _, pk in devices],
-            device__project_id=scope.project_id,
-            time__gte=window.start,
-            time__lt=covered_end,
-        )
-        .order_by()
-        .values_list("time")
-    )
-    total = yield count_of(readings[: MAX_POINTS + 1])
+    pks = [pk for _, _, pk in devices]
+    total = yield _readings_count(len(pks), scope.project_id, window.start, covered_end, *pks)
     if total > MAX_POINTS:
         raise LimitExceeded(
             f"The window holds more than {MAX_POINTS} points for these devices; ask for fewer devices or a "
             "shorter window."
         )
-    pks = [pk for _, _, pk in devices]
     # Under the MCP edge's inline budget only the points that can fit are read (``queries.fitting``): a
     # few hundred of a maximal window's thousands; the total above stays exact.
     points, _ = yield from budgeted_rows(
