@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 import anyio
 import psycopg
 from django.contrib.gis.db.models.fields import get_srid_info
 from django.db import connections
+from psycopg.pq import Format
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from contexts.errors import DataSourceUnavailable
@@ -76,6 +78,28 @@ def register_postgis_types(conn: psycopg.Connection[Any] | psycopg.AsyncConnecti
     conn.adapters.register_dumper(PostGISAdapter, binary_dumper)
 
 
+def register_utc_timestamps(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+    """Load ``timestamptz`` with psycopg's own (C) loader instead of Django's when both give the same value:
+    the session's time zone and Django's are UTC. Django's ``BaseTzLoader`` subclasses psycopg's *Python*
+    loader to set its zone on each value; psycopg's C loader already returns aware datetimes in the
+    session's zone, ``datetime.timezone.utc`` for UTC — the very object Django sets — so the rows stay
+    identical to ``run_sync``'s (``tests/mcp_app/test_executor.py``) at a fraction of the cost per value
+    (``mcp_app/README.md`` "Measuring", tenth session). Any other zone keeps Django's loader."""
+    wrapper = connections[DB_ALIAS]
+    if wrapper.timezone is not UTC or conn.info.parameter_status("TimeZone") != "UTC":
+        return
+    oid = psycopg.adapters.types["timestamptz"].oid
+    loader = psycopg.adapters.get_loader(oid, Format.TEXT)
+    if loader is not None:
+        conn.adapters.register_loader(oid, loader)
+
+
+def register_query_loaders(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], infos: Sequence[Any]) -> None:
+    """Every loader a query connection needs on top of Django's adapters (shared with the bench's floor)."""
+    register_postgis_types(conn, infos)
+    register_utc_timestamps(conn)
+
+
 MIN_OPEN = 2
 #: psycopg_pool's ``reconnect_timeout`` for the query pool (see ``QueryDatabase``).
 RECONNECT_TIMEOUT_S = 1.0
@@ -120,12 +144,13 @@ class QueryDatabase:
         )
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """PostGIS types load as text like Django's connections (its converters parse them)."""
+        """PostGIS types load as text like Django's connections (its converters parse them); UTC timestamps
+        with psycopg's own loader (``register_query_loaders``)."""
         from psycopg.types import TypeInfo
 
         if self._geo_infos is None:
             self._geo_infos = [await TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES]
-        register_postgis_types(conn, self._geo_infos)
+        register_query_loaders(conn, self._geo_infos)
 
     async def open(self) -> None:
         # Not waiting: the server starts even while PostgreSQL is down (calls then answer

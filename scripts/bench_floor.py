@@ -150,10 +150,10 @@ def connect() -> psycopg.Connection[Any]:
     planned, as the server's are)."""
     from psycopg.types import TypeInfo
 
-    from mcp_app.pool import POSTGIS_TYPES, _connection_kwargs, register_postgis_types
+    from mcp_app.pool import POSTGIS_TYPES, _connection_kwargs, register_query_loaders
 
     conn = psycopg.connect(**_connection_kwargs(60_000, 5))
-    register_postgis_types(conn, [TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES])
+    register_query_loaders(conn, [TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES])
     return conn
 
 

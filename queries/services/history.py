@@ -374,9 +374,11 @@ def query_element_history(
 
     by_device = {d["device_id"]: d for d in devices}
     model_origin = "model_baseline" if mode == "realtime_comparison" else "analysis_run"
+    # Rows typed by their columns (the union's statement casts each one to the model's type): built without
+    # re-validation, as the baseline series' points are.
     points = [
-        HistoryPoint(
-            origin=("measured", "cleaned", model_origin)[r["h_rank"]],  # type: ignore[arg-type]
+        HistoryPoint.model_construct(
+            origin=("measured", "cleaned", model_origin)[r["h_rank"]],
             device_id=r["h_key"] if r["h_part"] == 0 else None,
             element_type=r["h_type"],
             element_id=r["h_id"],

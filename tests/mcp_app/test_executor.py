@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -447,6 +447,41 @@ def test_query_connections_are_read_only_with_the_budget() -> None:
 
     assert asyncio.run(probe()) == ["on", "7s", True]
     assert settings.TJWATER_MCP_DB_POOL_SIZE >= 4
+
+
+def test_query_connections_load_timestamps_as_django_does_without_its_python_loader() -> None:
+    """UTC timestamps load with psycopg's C loader (``pool.register_utc_timestamps``): the same instants,
+    with the very ``tzinfo`` Django's loader sets, for any offset they were written with."""
+    from django.db import connection
+    from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+    from psycopg.pq import Format
+
+    sql = (
+        "SELECT '2026-11-01T08:00:00.123456+08'::timestamptz, '1999-12-31T23:59:59-05:30'::timestamptz, "
+        "'2026-03-29T01:30:00Z'::timestamptz, NULL::timestamptz"
+    )
+
+    async def probe() -> tuple[Any, type]:
+        db = QueryDatabase(size=1, budget_s=7, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            try:
+                loader = conn.adapters.get_loader(conn.adapters.types["timestamptz"].oid, Format.TEXT)
+                cur = await conn.execute(sql)
+                return await cur.fetchone(), loader
+            finally:
+                await db.give_back(conn)
+        finally:
+            await db.close()
+
+    row, loader = asyncio.run(probe())
+    assert loader is not None and not issubclass(loader, BaseTzLoader)
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        django_row = cursor.fetchone()
+    assert tuple(row) == django_row
+    assert all(value.tzinfo is UTC for value in (*row[:3], *django_row[:3])) and row[3] is None
 
 
 def test_a_cancelled_call_stops_its_statement_and_starts_no_other() -> None:
