@@ -103,6 +103,12 @@ def collection(static: int = 0) -> Callable[[Callable[..., QuerySet[Any]]], Coll
     return declare
 
 
+def page_rows(rows: Collection, shape: Sequence[Any], values: Sequence[Any], offset: int, n: int) -> Statement:
+    """The statement for ``n`` rows of a ``collection`` from ``offset``: its first rows, or its rows from
+    there (two shapes: Django leaves out an OFFSET of 0)."""
+    return rows.at(*shape, *values, offset, n) if offset else rows.first(*shape, *values, n)
+
+
 def page_of(
     rows: Collection,
     shape: Sequence[Any],
@@ -120,7 +126,7 @@ def page_of(
     total = int(n) if n <= cap else None
 
     def read(n: int) -> Statement:
-        return rows.at(*shape, *values, offset, n) if offset else rows.first(*shape, *values, n)
+        return page_rows(rows, shape, values, offset, n)
 
     items, more = yield from budgeted_rows(read, page.limit, least_item_bytes, extra=0 if total is not None else 1)
     if more is None:

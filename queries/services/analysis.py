@@ -29,7 +29,7 @@ from queries.models import (
     AnalysisResult,
     AnalysisRun,
 )
-from queries.paging import collection, page_of
+from queries.paging import collection, page_of, page_rows
 from queries.plan import Plan, service, statement_factory
 from queries.schemas.analysis import (
     AnalysisResultItem,
@@ -115,15 +115,22 @@ def series_span(model: type[AnalysisNodeSeries] | type[AnalysisLinkSeries], elem
     }
 
 
+#: What a run lookup with its series' span reads (``_spanned_run``), before its own annotations.
+_SPANNED_RUN = ("pk", "status", "error_code", "error_message", "first_time", "last_time")
+
+
+def _spanned_run(model: Any, element_type: str, project_id: int, run_id: str, **more: Any) -> Any:
+    """The run with the span of its series of ``element_type`` (``series_span``) and the annotations
+    ``more``: the queryset the run lookups of the series tools read (``.values(*_SPANNED_RUN, …)``)."""
+    runs = AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)
+    return runs.annotate(**more, **series_span(model, element_type))
+
+
 @statement_factory(static=2)
 def run_with_span(model: Any, element_type: str, project_id: int, run_id: str) -> Any:
     """The run (its key, status and error) with the span of its series of ``element_type``: a statement
     factory (its subqueries are compiled once per type, then bound)."""
-    return (
-        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-        .annotate(**series_span(model, element_type))
-        .values("pk", "status", "error_code", "error_message", "first_time", "last_time")[:1]
-    )
+    return _spanned_run(model, element_type, project_id, run_id).values(*_SPANNED_RUN)[:1]
 
 
 def _span_gap(row: dict[str, Any], what: str, start: datetime, end: datetime) -> DataGap:
@@ -209,21 +216,21 @@ def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResul
     )
 
 
-@statement_factory(static=1)
-def _run_with_count(typed: bool, project_id: int, run_id: str, *result_type: str) -> Any:
-    """The run's key with the number of its results — of ``result_type`` when ``typed`` (then its one
-    value) — a statement factory (the filtered count is compiled once per ``typed``, then bound)."""
-    matching = Q(results__result_type=result_type[0]) if typed else Q()
+@statement_factory
+def _run_with_count(project_id: int, run_id: str, *result_type: str) -> Any:
+    """The run's key with the number of its results — of the ``result_type`` when one is given — a
+    statement factory (the count is compiled once with and once without a type, then bound)."""
+    matching = Q(results__result_type=result_type[0]) if result_type else Q()
     runs = AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)
     return runs.annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
 
 
-@collection(static=1)
-def _results_of(typed: bool, run_pk: int, *result_type: str) -> Any:
-    """A run's results in sequence order — of ``result_type`` when ``typed`` (then its one value) — read
-    as statement factories (``queries.paging.collection``; its total comes with the run)."""
+@collection()
+def _results_of(run_pk: int, *result_type: str) -> Any:
+    """A run's results in sequence order — of the ``result_type`` when one is given — read as statement
+    factories (``queries.paging.collection``; its total comes with the run)."""
     results = AnalysisResult.objects.filter(run_id=run_pk)
-    if typed:
+    if result_type:
         results = results.filter(result_type=result_type[0])
     return results.order_by("sequence").values("sequence", "result_type", "payload", "element_refs")
 
@@ -235,18 +242,12 @@ def list_analysis_results(
     """One page of a run's results in sequence order, optionally of one ``result_type`` (two queries:
     the run with the matching count, then the page)."""
     refuse_unavailable(result_type)
-    if result_type:
-        runs = yield _run_with_count(True, scope.project_id, run_id, result_type)
-    else:
-        runs = yield _run_with_count(False, scope.project_id, run_id)
+    typed = (result_type,) if result_type else ()
+    runs = yield _run_with_count(scope.project_id, run_id, *typed)
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
     run = runs[0]
-    of = (True, run["pk"], result_type) if result_type else (False, run["pk"])
-    if page.offset:
-        rows = yield _results_of.at(*of, page.offset, page.limit)
-    else:
-        rows = yield _results_of.first(*of, page.limit)
+    rows = yield page_rows(_results_of, (), (run["pk"], *typed), page.offset, page.limit)
     items = [
         AnalysisResultItem(
             sequence=r["sequence"],
@@ -290,11 +291,8 @@ def _run_for_series(model: Any, element_type: str, project_id: int, run_id: str,
     """The run, whether the element exists in the project's network, and the span of the run's series of
     ``element_type``: a statement factory (its subqueries are compiled once per type, then bound)."""
     element = ELEMENT_MODELS[element_type].objects.filter(project_id=project_id, element_id=element_id)
-    return (
-        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-        .annotate(element_exists=Exists(element), **series_span(model, element_type))
-        .values("pk", "status", "error_code", "error_message", "element_exists", "first_time", "last_time")[:1]
-    )
+    runs = _spanned_run(model, element_type, project_id, run_id, element_exists=Exists(element))
+    return runs.values(*_SPANNED_RUN, "element_exists")[:1]
 
 
 @statement_factory(static=2)
@@ -361,11 +359,8 @@ def _run_at(model: Any, element_type: str, project_id: int, run_id: str, time: d
     """The run, with its instant of ``element_type`` at or before ``time`` and its series' span: a
     statement factory (its subqueries are compiled once per type, then bound)."""
     of_type = model.objects.filter(run_id=OuterRef("pk"), element_type=element_type, time__lte=time)
-    return (
-        AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)  # type: ignore[misc]  # django-stubs cannot see annotations given as **kwargs
-        .annotate(at=Subquery(of_type.order_by("-time").values("time")[:1]), **series_span(model, element_type))
-        .values("pk", "status", "error_code", "error_message", "at", "first_time", "last_time")[:1]
-    )
+    at = Subquery(of_type.order_by("-time").values("time")[:1])
+    return _spanned_run(model, element_type, project_id, run_id, at=at).values(*_SPANNED_RUN, "at")[:1]
 
 
 @collection(static=3)

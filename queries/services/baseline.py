@@ -26,7 +26,7 @@ from contexts.errors import InvalidParameter, LimitExceeded, NotFound
 from contexts.scope import QueryScope
 from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
-from queries.paging import collection, page_of
+from queries.paging import collection, page_of, page_rows
 from queries.plan import Plan, service, statement_factory
 from queries.schemas.baseline import (
     BaselineAtTime,
@@ -153,27 +153,27 @@ def _window_series(element_type: str, project_id: int, start: datetime, end: dat
     )
 
 
-@statement_factory(static=2)
-def _known(element_type: str, n: int, project_id: int, *ids: str) -> Any:
-    """Which of the ``n`` ``ids`` are elements of ``element_type`` in the project's network: a statement
-    factory (compiled once per type and number of ids, then bound)."""
+@statement_factory(static=1)
+def _known(element_type: str, project_id: int, *ids: str) -> Any:
+    """Which of the ``ids`` are elements of ``element_type`` in the project's network: a statement factory
+    (compiled once per type and number of ids — each id one value — then bound)."""
     named = ELEMENT_MODELS[element_type].objects.filter(project_id=project_id, element_id__in=ids)
-    return named.values_list("element_id", flat=True)[:n]
+    return named.values_list("element_id", flat=True)[: len(ids)]
 
 
-@collection(static=3)
+@collection(static=2)
 def _points_of(
-    element_type: str, n: int, names: tuple[str, ...], project_id: int, start: datetime, end: datetime, *ids: str
+    element_type: str, names: tuple[str, ...], project_id: int, start: datetime, end: datetime, *ids: str
 ) -> Any:
-    """The ``names`` fields of the ``n`` elements' baseline in ``[start, end)``, by element then time, read
+    """The ``names`` fields of the elements' baseline in ``[start, end)``, by element then time, read
     as statement factories (``queries.paging.collection``; the total comes from ``_spans``)."""
     series = _window_series(element_type, project_id, start, end, ids)
     return series.order_by("element_id", "time").values("element_id", "time", *names)
 
 
-@statement_factory(static=2)
-def _spans(element_type: str, n: int, project_id: int, start: datetime, end: datetime, *ids: str) -> Any:
-    """Per element of the ``n`` ``ids``, its count of instants and its first and last in ``[start, end)``: a
+@statement_factory(static=1)
+def _spans(element_type: str, project_id: int, start: datetime, end: datetime, *ids: str) -> Any:
+    """Per element of the ``ids``, its count of instants and its first and last in ``[start, end)``: a
     statement factory (the aggregate is compiled once per type and number of elements, then bound)."""
     series = _window_series(element_type, project_id, start, end, ids)
     # Ordered by an aggregate, not by element_id: with ORDER BY element_id + LIMIT the planner walks
@@ -183,7 +183,7 @@ def _spans(element_type: str, n: int, project_id: int, start: datetime, end: dat
         series.order_by()
         .values("element_id")
         .annotate(n=Count("id"), first=Min("time"), last=Max("time"))
-        .order_by("first", "element_id")[:n]
+        .order_by("first", "element_id")[: len(ids)]
     )
 
 
@@ -212,13 +212,13 @@ def query_model_baseline_series(
     ids = check_targets(element_ids, "element id")
     window = time_window(start, end)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
-    known = yield _known(element_type, len(ids), scope.project_id, *ids)
+    known = yield _known(element_type, scope.project_id, *ids)
     unknown = [i for i in ids if i not in set(known)]
     if unknown:
         raise NotFound(
             f"No {element_type} with id {', '.join(unknown)} in this project.", details={"unknown_element_ids": unknown}
         )
-    spans = yield _spans(element_type, len(ids), scope.project_id, window.start, window.end, *ids)
+    spans = yield _spans(element_type, scope.project_id, window.start, window.end, *ids)
     total = sum(s["n"] for s in spans)
     if total > MAX_POINTS:
         raise LimitExceeded(
@@ -226,11 +226,8 @@ def query_model_baseline_series(
             "or a shorter window."
         )
     gaps = _series_gaps(ids, spans, window)
-    shape, values = (element_type, len(ids), tuple(names)), (scope.project_id, window.start, window.end, *ids)
-    if page.offset:
-        rows = yield _points_of.at(*shape, *values, page.offset, page.limit)
-    else:
-        rows = yield _points_of.first(*shape, *values, page.limit)
+    values = (scope.project_id, window.start, window.end, *ids)
+    rows = yield page_rows(_points_of, (element_type, tuple(names)), values, page.offset, page.limit)
     # Rows typed by their columns: built without re-validation (up to 10000 points).
     items = [
         BaselinePoint.model_construct(element_id=r["element_id"], time=r["time"], values={f: r[f] for f in names})

@@ -24,7 +24,7 @@ from django.db.models import Count, Model, QuerySet
 from contexts.errors import InvalidParameter, NotFound
 from contexts.scope import QueryScope
 from queries.models import ELEMENT_TYPES, Observation, PeripheralPoint, TestData, WorkOrder
-from queries.paging import collection
+from queries.paging import collection, page_rows
 from queries.plan import Plan, service, statement_factory
 from queries.schemas.common import Origin, PageRequest, TimeWindow
 from queries.schemas.peripheral import (
@@ -235,10 +235,7 @@ def query_peripheral_data(
     total, origin = _origin(groups)
     if point_id is not None and not adapter.timed and total == 0:
         raise NotFound("No peripheral point with that id in this project.")
-    if page.offset:
-        rows = yield _rows_of.at(*shape, *values, page.offset, page.limit)
-    else:
-        rows = yield _rows_of.first(*shape, *values, page.limit)
+    rows = yield page_rows(_rows_of, shape, values, page.offset, page.limit)
     items = [adapter.item(row) for row in rows]
     data = PeripheralPage(
         items=items,

@@ -144,17 +144,17 @@ def _one_device(project_id: int, device_id: str) -> QuerySet[Any]:
     return one
 
 
-@statement_factory(static=1)
-def _devices_named(n: int, project_id: int, *ids: str) -> QuerySet[Any]:
-    """The project's devices among the ``n`` ``ids`` (key, unit, pk): a statement factory (compiled once
-    per number of ids, then bound)."""
+@statement_factory
+def _devices_named(project_id: int, *ids: str) -> QuerySet[Any]:
+    """The project's devices among the ``ids`` (key, unit, pk): a statement factory (compiled once per
+    number of ids — each id one value — then bound)."""
     named = ScadaDevice.objects.filter(project_id=project_id, device_id__in=ids)
     return named.values_list("device_id", "unit", "id")[:MAX_TARGETS]
 
 
-@statement_factory(static=1)
-def _readings_count(n: int, project_id: int, start: datetime, end: datetime, *pks: int) -> CountOf:
-    """How many readings the ``n`` devices (their keys ``pks``, found in this project) have in ``[start,
+@statement_factory
+def _readings_count(project_id: int, start: datetime, end: datetime, *pks: int) -> CountOf:
+    """How many readings the devices (their keys ``pks``, found in this project) have in ``[start,
     end)``, counted up to one past ``MAX_POINTS``: a statement factory (compiled once per number of
     devices, then bound). By the devices' keys: the (device, time) btree is probed per device instead of
     every device's rows of the window being scanned and joined. Counted unordered."""
@@ -283,7 +283,7 @@ def query_scada_readings(
     ids = check_targets(device_ids, "device id")
     window = time_window(start, end)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
-    devices = yield _devices_named(len(ids), scope.project_id, *ids)
+    devices = yield _devices_named(scope.project_id, *ids)
     units = {device_id: unit for device_id, unit, _ in devices}
     unknown = [i for i in ids if i not in units]
     if unknown:
@@ -318,7 +318,7 @@ def query_scada_readings(
         if g["start"] < covered_end
     ]
     pks = [pk for _, _, pk in devices]
-    total = yield _readings_count(len(pks), scope.project_id, window.start, covered_end, *pks)
+    total = yield _readings_count(scope.project_id, window.start, covered_end, *pks)
     if total > MAX_POINTS:
         raise LimitExceeded(
             f"The window holds more than {MAX_POINTS} points for these devices; ask for fewer devices or a "
