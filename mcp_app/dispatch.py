@@ -40,6 +40,7 @@ from contexts.scope import QueryScope
 from contexts.tokens import VerifiedToken
 from evidence.errors import RequestKeyRequired
 from evidence.services import run_with_evidence, saves_evidence
+from mcp_app.ahead import Ahead, plan_ahead
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.errors import (
     application_error_result,
@@ -159,14 +160,23 @@ class Dispatcher:
         # the critical path), when an earlier call of this handle *with this token identity* named the
         # tenant (``TenantHints``).
         early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
+        budget = InlineBudget(None if entry.spec.item_parts else settings.TJWATER_MCP_INLINE_MAX_BYTES)
+        # With the tenant's slot already held, the tool's first statement goes with the resolution (one
+        # round trip; its rows are used only if the scope resolved now is the one it was built for).
+        ahead = None if progress else await plan_ahead(self.db, call_conn, entry, args, early, budget)
         try:
             try:
-                scope = await resolve_scope_async(token=token, handle=handle, fetch=call_conn.fetch)
+                scope = await resolve_scope_async(
+                    token=token, handle=handle, fetch=call_conn.fetch if ahead is None else ahead.fetch
+                )
             except BaseException:
                 if early is not None:
                     await self._discard_slot(early)
                 raise
             self.tenants.learn(handle, scope)
+            if ahead is not None and not ahead.serves(scope):
+                ahead.close()
+                ahead = None
             evidence = saves_evidence(scope, entry.spec)
             if early is not None and not early.serves(scope, evidence):
                 await self._discard_slot(early)
@@ -207,8 +217,10 @@ class Dispatcher:
             max_bytes = settings.TJWATER_MCP_INLINE_MAX_BYTES
             # A plain call's page is built only as far as it can be returned (``queries.fitting``); tools
             # whose items are read on with ``part`` need the whole page for that.
-            with InlineBudget(None if entry.spec.item_parts else max_bytes) as budget:
-                result = await self._run(call, entry, scope, args, session if progress else None, call_conn, early)
+            with budget:
+                result = await self._run(
+                    call, entry, scope, args, session if progress else None, call_conn, early, ahead
+                )
             dumped = result.model_dump(mode="json")
             size = json_size(dumped)  # measured once: the cut starts from it
             if budget.build_whole(size):
@@ -266,6 +278,8 @@ class Dispatcher:
             logger.exception("mcp tool failed tool=%s", name)
             return internal_error_result()
         finally:
+            if ahead is not None:
+                ahead.close()  # a call refused after its resolution (no-op for one that ran it)
             if early is not None:
                 await self._discard_slot(early)  # a path that neither used nor gave it back (no-op otherwise)
             await call_conn.release()
@@ -291,36 +305,31 @@ class Dispatcher:
         session: Any | None,
         held: CallConnection | None = None,
         early: EarlySlot | None = None,
+        ahead: Ahead | None = None,
     ) -> BaseModel:
         db = self.db
-        conn = held.take() if held is not None and db.tool_slot_free() else None
-        if conn is None and held is not None:
-            await held.release()  # waiting for a slot holds no connection
-        if not await db.take_tool_slot():
-            if conn is not None:
-                await db.give_back(conn)
-            if early is not None:
-                await self._discard_slot(early)
-            raise ServerBusy("The server is at its query capacity; retry shortly.")
+        if ahead is not None:
+            # Sent with the resolution: the tool slot, the tenant's slot and the connection are held since.
+            assert early is not None and held is not None
+            early.settled = True
+            conn, slot = held.take(), early.task.result()
+            execution: Execution | None = ahead.hand_over()
+        else:
+            conn, slot = await self._take_slots(scope, held, early)
+            execution = None
         try:
-            try:
-                if early is not None:
-                    early.settled = True
-                    slot = await early.task  # RateLimited / DataSourceUnavailable as from acquire
-                else:
-                    slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
-            except BaseException:
-                if conn is not None:
-                    await db.give_back(conn)
-                raise
             try:
                 if conn is None:
                     conn = await db.checkout()
-                call.execution = execution = Execution(conn, db)
+                call.execution = execution = execution or Execution(conn, db)
                 try:
                     if session is not None:
                         await session.report_progress(0, 1, "query started")
-                    result = await run_plan(entry.spec.invoke(scope, args), execution, db.compiler)
+                    result: BaseModel
+                    if ahead is not None:
+                        result = await ahead.finish(execution, db.compiler)
+                    else:
+                        result = await run_plan(entry.spec.invoke(scope, args), execution, db.compiler)
                     if session is not None:
                         await session.report_progress(1, 1, "query finished")
                     return result
@@ -333,6 +342,35 @@ class Dispatcher:
                     await self.limiter.release(slot)
         finally:
             db.give_tool_slot()
+
+    async def _take_slots(
+        self, scope: QueryScope, held: CallConnection | None, early: EarlySlot | None
+    ) -> tuple[Any, Any]:
+        """One of the process's tool slots (``ServerBusy`` when none frees in time), then the tenant's
+        slot; returns the call's held connection when it could be kept (else None) and the tenant slot.
+        On failure nothing is left held."""
+        db = self.db
+        conn = held.take() if held is not None and db.tool_slot_free() else None
+        if conn is None and held is not None:
+            await held.release()  # waiting for a slot holds no connection
+        if not await db.take_tool_slot():
+            if conn is not None:
+                await db.give_back(conn)
+            if early is not None:
+                await self._discard_slot(early)
+            raise ServerBusy("The server is at its query capacity; retry shortly.")
+        try:
+            if early is not None:
+                early.settled = True
+                slot = await early.task  # RateLimited / DataSourceUnavailable as from acquire
+            else:
+                slot = await self.limiter.acquire(scope.principal_id, scope.project_id)
+        except BaseException:
+            if conn is not None:
+                await db.give_back(conn)
+            db.give_tool_slot()
+            raise
+        return conn, slot
 
     async def _discard_slot(self, early: EarlySlot) -> None:
         """Give back a slot asked for early that the call will not use (waits for the answer, shielded)."""

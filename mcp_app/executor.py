@@ -48,6 +48,7 @@ import asyncio
 import logging
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
+NOT_STARTED: Any = object()  # ``run_plan``: the plan has not yielded yet
 TUPLES_OK = ExecStatus.TUPLES_OK
 
 # One client-side cursor per pooled connection, reused by every statement run on it: creating and closing
@@ -82,6 +84,20 @@ def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
     cursor = _CURSORS.get(conn)
     if cursor is None or cursor.closed:
         cursor = _CURSORS[conn] = conn.cursor()
+    return cursor
+
+
+# The second cursor of a connection, for the second statement of a pipelined pair (``Execution.run_pair``):
+# each statement of a pipeline keeps its result on its own cursor.
+_SECOND_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _second_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
+    cursor = _SECOND_CURSORS.get(conn)
+    if cursor is None or cursor.closed:
+        cursor = _SECOND_CURSORS[conn] = conn.cursor()
     return cursor
 
 
@@ -129,11 +145,35 @@ class Execution:
         result = cursor.pgresult
         return await cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
 
-    async def _guarded(self, compiled: Compiled, timeout_s: float | None = None) -> list[Any]:
-        """The statement in a task of its own; with ``timeout_s`` (what is left of the call's budget) it
-        is stopped in PostgreSQL when that runs out, as its own ``statement_timeout`` would have stopped
-        it, and the call gets ``QUERY_TIMEOUT``."""
-        task = asyncio.ensure_future(self._fetch(compiled.sql, compiled.params))
+    @telemetry.traced_pair
+    async def _fetch_pair(self, first: Compiled, second: Compiled) -> tuple[list[Any], list[Any] | Exception]:
+        """Both statements in one pipeline (one round trip, one snapshot). ``second``'s own error (its
+        timeout, a cancel) comes back as the second item once ``first`` has its rows; a broken connection,
+        or ``first`` failing, raises."""
+        assert self.conn is not None  # set for as long as statements run
+        conn = self.conn
+        one, two = _cursor(conn), _second_cursor(conn)
+        try:
+            async with conn.pipeline():
+                await one.execute(first.sql, first.params)
+                await two.execute(second.sql, second.params)
+        except psycopg.Error as exc:
+            # ``execute`` resets a cursor's result, so rows on ``one`` are this pipeline's.
+            answered = one.pgresult is not None and one.pgresult.status == TUPLES_OK
+            if not answered or (
+                isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+                and not isinstance(exc, psycopg.errors.QueryCanceled)
+            ):
+                raise
+            return await one.fetchall(), QueryTimeout() if isinstance(exc, psycopg.errors.QueryCanceled) else exc
+        result = two.pgresult
+        return await one.fetchall(), await two.fetchall() if result is not None and result.status == TUPLES_OK else []
+
+    async def _guarded(self, work: Awaitable[R], timeout_s: float | None = None) -> R:
+        """The statement(s) in a task of their own; with ``timeout_s`` (what is left of the call's budget)
+        stopped in PostgreSQL when that runs out, as its own ``statement_timeout`` would have stopped it,
+        and the call gets ``QUERY_TIMEOUT``."""
+        task = asyncio.ensure_future(work)
         try:
             if timeout_s is None:
                 return await asyncio.shield(task)
@@ -173,18 +213,35 @@ class Execution:
             raise CallCancelled
         if compiled.shape is None:  # nothing can match: no SQL to run
             return compiled.empty
+        if not guarded:
+            return compiled.shape.rows(await self._retrying(lambda: self._fetch(compiled.sql, compiled.params)))
         timeout_s = None
-        if guarded and self.deadline is not None:
+        if self.deadline is not None:
             left = remaining_ms(self.deadline)  # QUERY_TIMEOUT when nothing is left
             timeout_s = left / 1000 if self.statements else None  # the first runs under the session's budget
             self.statements += 1
+        raw = await self._retrying(lambda: self._guarded(self._fetch(compiled.sql, compiled.params), timeout_s))
+        return compiled.shape.rows(raw)
+
+    async def run_pair(self, first: Compiled, second: Compiled) -> tuple[Any, Any]:
+        """``first`` and then ``second`` in one round trip (a pipeline), guarded as a call's first
+        statement (under the session's budget, cancelled in PostgreSQL with the call): the context
+        resolution with a tool's first statement (``mcp_app.ahead``). Both must have SQL. Returns the
+        rows of each; ``second``'s are the error its statement met instead (``QueryTimeout``, …), for the
+        caller to raise only once it has checked ``first``'s."""
+        if self.cancelled:
+            raise CallCancelled
+        assert first.shape is not None and second.shape is not None
+        self.statements += 1
+        raw, raw_second = await self._retrying(lambda: self._guarded(self._fetch_pair(first, second)))
+        rows_second = raw_second if isinstance(raw_second, Exception) else second.shape.rows(raw_second)
+        return first.shape.rows(raw), rows_second
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[R]]) -> R:
+        """``attempt()``, once more on a fresh connection when this one was found broken (see the class)."""
         while True:
             try:
-                if guarded:
-                    raw = await self._guarded(compiled, timeout_s)
-                else:
-                    raw = await self._fetch(compiled.sql, compiled.params)
-                return compiled.shape.rows(raw)
+                return await attempt()
             except psycopg.errors.QueryCanceled:
                 raise QueryTimeout() from None
             except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -197,10 +254,13 @@ class Execution:
                 self.conn = await self.db.replace_broken(broken)  # DataSourceUnavailable when none comes
 
 
-async def run_plan(plan: Plan[R], execution: Execution, compiler: StatementCompiler) -> R:
-    """Drive a plan to completion on one connection; return the service's result."""
+async def run_plan(
+    plan: Plan[R], execution: Execution, compiler: StatementCompiler, *, first_rows: Any = NOT_STARTED
+) -> R:
+    """Drive a plan to completion on one connection; return the service's result. With ``first_rows``
+    the plan has yielded its first statement already and those are its rows (``mcp_app.ahead``)."""
     try:
-        statement = next(plan)
+        statement = next(plan) if first_rows is NOT_STARTED else plan.send(first_rows)
         while True:
             rows = await execution.run(compiler.compile(statement))
             statement = plan.send(rows)

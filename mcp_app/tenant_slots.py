@@ -17,12 +17,18 @@ from mcp_app.limits import ConcurrencyLimiter
 class EarlySlot:
     """A tenant slot asked for before the context was resolved, for the tenant an earlier call named."""
 
-    __slots__ = ("tenant", "task", "settled")
+    __slots__ = ("tenant", "task", "settled", "scope")
 
-    def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any]) -> None:
+    def __init__(self, tenant: tuple[int, int], task: asyncio.Future[Any], scope: QueryScope | None = None) -> None:
         self.tenant = tenant
         self.task = task
         self.settled = False  # used by the call, or given back
+        self.scope = scope  # what the handle resolved to when last seen (a hint for ``mcp_app.ahead``)
+
+    def ready(self) -> bool:
+        """Whether the slot is already held (an idle slot of this process reused): no wait for Redis."""
+        task = self.task
+        return task.done() and not task.cancelled() and task.exception() is None
 
     def serves(self, scope: QueryScope, task_purpose: bool) -> bool:
         """Whether this call may use it: the resolved tenant is the one asked for, and the call is not a
@@ -49,8 +55,8 @@ class TenantHints:
     MAX_HINTS = 10_000
 
     def __init__(self) -> None:
-        # handle hash → (tenant, the token identity the handle resolved for)
-        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str]]] = {}
+        # handle hash → (tenant, the token identity the handle resolved for, the scope it resolved to last)
+        self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str], QueryScope]] = {}
 
     @staticmethod
     def _key(handle: object) -> str | None:
@@ -61,22 +67,31 @@ class TenantHints:
         hint = self._tenants.get(key) if key is not None else None
         if hint is None:
             return None
-        tenant, identity = hint
+        tenant, identity, scope = hint
         if identity != (token.issuer, token.subject, token.client_id):
             return None
         idle = limiter.reuse(*tenant)
         if idle is not None:  # a slot this process holds idle for the tenant: no Redis, no task
             done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             done.set_result(idle)
-            return EarlySlot(tenant, done)
-        return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)))
+            return EarlySlot(tenant, done, scope)
+        return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)), scope)
 
     def learn(self, handle: object, scope: QueryScope) -> None:
         """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
         token (its issuer, subject and client are the token's)."""
         key = self._key(handle)
-        if key is None or key in self._tenants:
+        if key is None:
+            return
+        known = self._tenants.get(key)
+        if known is not None:
+            if known[2] is not scope:
+                self._tenants[key] = (known[0], known[1], scope)  # the tenant and identity never change
             return
         if len(self._tenants) >= self.MAX_HINTS:
             self._tenants.pop(next(iter(self._tenants)))
-        self._tenants[key] = ((scope.principal_id, scope.project_id), (scope.issuer, scope.subject, scope.client_id))
+        self._tenants[key] = (
+            (scope.principal_id, scope.project_id),
+            (scope.issuer, scope.subject, scope.client_id),
+            scope,
+        )

@@ -85,6 +85,14 @@ STATEMENT_DEADLINE_STOPS = Counter(
     "tjwater_mcp_statement_deadline_stops",
     "Running PostgreSQL statements cancelled because their call's query budget ran out (QUERY_TIMEOUT).",
 )
+STATEMENTS_AHEAD = Counter(
+    "tjwater_mcp_statements_ahead",
+    "Tools' first statements sent in one round trip with their call's context resolution, by outcome: used "
+    "(the scope resolved now was the one it was built for) or dropped (it was not, or the call was refused).",
+    ["outcome"],
+)
+STATEMENTS_AHEAD_USED = STATEMENTS_AHEAD.labels(outcome="used")
+STATEMENTS_AHEAD_DROPPED = STATEMENTS_AHEAD.labels(outcome="dropped")
 DB_POOL_SIZE = Gauge(
     "tjwater_mcp_db_pool_connections",
     "Connections of the /mcp query pool, by state (sampled every few seconds).",

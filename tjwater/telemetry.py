@@ -240,6 +240,29 @@ def traced_statement(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable
     return wrapper
 
 
+def traced_pair(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Decorate ``async def _fetch_pair(self, first, second)`` (two compiled statements in one pipeline):
+    one CLIENT span for the batch (``db.operation.batch.size`` 2, both texts)."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, first: Any, second: Any) -> R:
+        if _tracer is None:
+            return await fn(self, first, second)
+        one, two = _sql_attributes(first.sql), _sql_attributes(second.sql)
+        same = one["db.operation.name"] if one["db.operation.name"] == two["db.operation.name"] else ""
+        operation = f"BATCH {same}".strip()
+        attributes = {
+            **POSTGRESQL,
+            "db.operation.name": operation,
+            "db.operation.batch.size": 2,
+            "db.query.text": f"{one['db.query.text']}; {two['db.query.text']}"[:8000],
+        }
+        with span("postgresql " + operation, attributes, SpanKind.CLIENT):
+            return await fn(self, first, second)
+
+    return wrapper
+
+
 def django_sql_wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
     """``connection.execute_wrapper`` for Django's statements (REST, evidence): one span each."""
     if _tracer is None:
