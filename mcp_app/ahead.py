@@ -123,12 +123,14 @@ async def plan_ahead(
     needs = spec.permissions_for(args)
     if needs is not spec.permissions and not all(scope.has(p) for p in needs):
         return None
-    plan = spec.invoke(scope, args)
+    plan: Plan[Any] | None = None
     try:
         with budget:
+            plan = spec.invoke(scope, args)
             first = db.compiler.compile(next(plan))
     except Exception:  # noqa: BLE001 - the call builds its plan again after the resolution, and meets it there
-        plan.close()
+        if plan is not None:
+            plan.close()
         return None
     if first.shape is None:
         plan.close()

@@ -13,8 +13,9 @@ tool that saves evidence runs its plan inside ``evidence.services.run_with_evide
 the receipt claimed before the query, keyed by ``_meta["cn.tjwater/requestKey"]``; the snapshot saved
 before the result is returned; its reply is ``evidence_call_result``).
 
-No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query)
-and at most 1 Redis round trip (the acquire; none when the tenant's idle slot is reused) per one-statement tool.
+No worker thread and no Django connection handling per call: 2 PostgreSQL statements (resolve, query) —
+in one round trip when the tool's first statement is sent with the resolution (``mcp_app.ahead``) — and at
+most 1 Redis round trip (the acquire; none when the tenant's idle slot is reused) per one-statement tool.
 """
 
 from __future__ import annotations

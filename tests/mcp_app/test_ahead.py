@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -21,14 +22,16 @@ from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 from prometheus_client import REGISTRY
 
+from contexts.errors import InvalidParameter
 from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, Membership, Project, QueryContext
 from contexts.selectors import hash_handle
 from contexts.services import context_create
-from mcp_app.catalog import build_catalog
+from mcp_app.catalog import Catalog, build_catalog
 from mcp_app.dispatch import Dispatcher
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import QueryDatabase
+from queries.registry import all_tools
 from tests.support import net1
 from tests.support.net1 import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject
 
@@ -73,14 +76,14 @@ def context(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[str]:
 
 
 @asynccontextmanager
-async def dispatcher(*, budget_s: float = 30) -> AsyncIterator[Dispatcher]:
+async def dispatcher(*, budget_s: float = 30, catalog: Catalog | None = None) -> AsyncIterator[Dispatcher]:
     # A long idle delay: a finished call's tenant slot stays this process's between the test's calls, as it
     # does between back-to-back calls under load (``RELEASE_DELAY_S``).
     limiter = ConcurrencyLimiter(settings.REDIS_URL, max_concurrent=4, lease_s=10, release_delay_s=30)
     db = QueryDatabase(size=4, budget_s=budget_s, checkout_timeout_s=5, connect_timeout_s=5)
     await db.open()
     try:
-        yield Dispatcher(build_catalog(), limiter, db)
+        yield Dispatcher(catalog or build_catalog(), limiter, db)
     finally:
         assert all([await db.take_tool_slot(wait_s=0) for _ in range(db.tool_slots)])  # every slot came back
         await limiter.aclose()
@@ -252,3 +255,31 @@ def test_the_pair_is_one_client_span_inside_the_resolution(context: str) -> None
     assert str(batch.attributes["db.query.text"]).count("%s") >= 2  # placeholders, never the values
     assert context not in repr([dict(s.attributes) for s in finished])
     assert hash_handle(context) not in repr([dict(s.attributes) for s in finished])
+
+
+def test_a_plan_that_refuses_while_being_built_is_refused_after_the_resolution(
+    context: str, django_db_blocker: Any
+) -> None:
+    # get_element_properties as a tool whose plan refuses its arguments when it is made (before its first
+    # statement): nothing is sent ahead, and the refusal comes only for a context that resolves.
+    def refusing(scope: Any, arguments: Any) -> Any:
+        raise InvalidParameter("element_id: refused while the plan is made")
+
+    specs = [replace(spec, invoke=refusing) if spec.name == "get_element_properties" else spec for spec in all_tools()]
+
+    def revoke() -> None:
+        with django_db_blocker.unblock():
+            QueryContext.objects.filter(handle_hash=hash_handle(context)).update(revoked_at=timezone.now())
+
+    async def main() -> list[dict[str, Any]]:
+        async with dispatcher(catalog=Catalog(specs)) as d:
+            replies = [await call(d, context, "get_element_properties", PROPERTIES) for _ in range(2)]
+            await asyncio.to_thread(revoke)
+            replies.append(await call(d, context, "get_element_properties", PROPERTIES))
+            return replies
+
+    sent = ahead("used") + ahead("dropped")
+    first, second, revoked = asyncio.run(main())
+    assert first["structured"]["code"] == second["structured"]["code"] == "INVALID_PARAMETER"
+    assert revoked["structured"]["code"] == "CONTEXT_REVOKED"
+    assert ahead("used") + ahead("dropped") == sent
