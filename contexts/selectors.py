@@ -122,10 +122,10 @@ def context_row_query(handle: str) -> QuerySet[QueryContext, dict[str, Any]]:
 def context_row_query_by_hash(handle_hash: str) -> QuerySet[QueryContext, dict[str, Any]]:
     """``context_row_query`` for an already hashed handle (the MCP hot path compiles this once as a
     template and binds only the hash per call)."""
-    rows: QuerySet[QueryContext, dict[str, Any]] = QueryContext.objects.filter(handle_hash=handle_hash).values(
-        *CONTEXT_ROW_FIELDS
+    rows: QuerySet[QueryContext, dict[str, Any]] = (
+        QueryContext.objects.filter(handle_hash=handle_hash).order_by().values(*CONTEXT_ROW_FIELDS)
     )
-    return rows[:1]
+    return rows[:1]  # no ORDER BY: ``handle_hash`` is unique (the model's ordering would add a sort node)
 
 
 def check_context(row: ContextRow | None, *, token: VerifiedToken, now: datetime) -> QueryScope:
