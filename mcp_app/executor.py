@@ -80,13 +80,6 @@ _CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncC
 )
 
 
-def _cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
-    cursor = _CURSORS.get(conn)
-    if cursor is None or cursor.closed:
-        cursor = _CURSORS[conn] = conn.cursor()
-    return cursor
-
-
 # The second cursor of a connection, for the second statement of a pipelined pair (``Execution.run_pair``):
 # each statement of a pipeline keeps its result on its own cursor.
 _SECOND_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = (
@@ -94,10 +87,13 @@ _SECOND_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg
 )
 
 
-def _second_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
-    cursor = _SECOND_CURSORS.get(conn)
+def _cursor(
+    conn: psycopg.AsyncConnection[Any],
+    cursors: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = _CURSORS,
+) -> psycopg.AsyncCursor[Any]:
+    cursor = cursors.get(conn)
     if cursor is None or cursor.closed:
-        cursor = _SECOND_CURSORS[conn] = conn.cursor()
+        cursor = cursors[conn] = conn.cursor()
     return cursor
 
 
@@ -152,7 +148,7 @@ class Execution:
         or ``first`` failing, raises."""
         assert self.conn is not None  # set for as long as statements run
         conn = self.conn
-        one, two = _cursor(conn), _second_cursor(conn)
+        one, two = _cursor(conn), _cursor(conn, _SECOND_CURSORS)
         try:
             async with conn.pipeline():
                 await one.execute(first.sql, first.params)

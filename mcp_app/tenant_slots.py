@@ -1,7 +1,8 @@
 """Which tenant a context handle named, per process: the hint that lets ``mcp_app.dispatch`` ask Redis
 for the tenant's slot while PostgreSQL resolves the context (``TenantHints``), and the slot asked for
-that way (``EarlySlot``). Nothing is decided from a hint: the binding is still resolved and checked on
-every call."""
+that way (``EarlySlot``), which also carries the scope the handle last resolved to (what ``mcp_app.ahead``
+builds a statement for, sent with the resolution). Nothing is decided from a hint: the binding is still
+resolved and checked on every call."""
 
 from __future__ import annotations
 
@@ -84,9 +85,8 @@ class TenantHints:
         if key is None:
             return
         known = self._tenants.get(key)
-        if known is not None:
-            if known[2] is not scope:
-                self._tenants[key] = (known[0], known[1], scope)  # the tenant and identity never change
+        if known is not None:  # the tenant and identity never change; the scope may (the latest is kept)
+            self._tenants[key] = (known[0], known[1], scope)
             return
         if len(self._tenants) >= self.MAX_HINTS:
             self._tenants.pop(next(iter(self._tenants)))
