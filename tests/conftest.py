@@ -176,23 +176,13 @@ def e2e_handles(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[dic
     """One committed ordinary_chat context per member (created like the REST API creates them), for the
     module's tests, by the member's unprefixed name; deleted after the module so other test packages never
     see them."""
-    from contexts.grants import tool_catalog
     from contexts.models import ContextEvent, QueryContext
-    from contexts.services import context_create
 
     handles: dict[str, str] = {}
     with django_db_blocker.unblock(), override_settings(TJWATER_CONTEXT_TTL_S=3600):
-        catalog, task_scoped = tool_catalog()
         for subject, permissions in PRINCIPALS.items():
             if permissions is not None:
-                handles[subject] = context_create(
-                    token=net1.verified(subject),
-                    project_slug=PROJECT_SLUG,
-                    session_id=f"mcp-e2e-{subject}",
-                    purpose="ordinary_chat",
-                    catalog=catalog,
-                    task_scoped=task_scoped,
-                ).handle
+                handles[subject] = net1.bind_context(subject, f"mcp-e2e-{subject}")
     yield handles
     with django_db_blocker.unblock():
         QueryContext.objects.filter(project_id=e2e_project.project_id).delete()

@@ -23,17 +23,15 @@ from mcp.shared.exceptions import MCPError
 from prometheus_client import REGISTRY
 
 from contexts.errors import InvalidParameter
-from contexts.grants import tool_catalog
 from contexts.models import ContextEvent, Membership, Project, QueryContext
 from contexts.selectors import hash_handle
-from contexts.services import context_create
 from mcp_app.catalog import Catalog, build_catalog
 from mcp_app.dispatch import Dispatcher
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import QueryDatabase
 from queries.registry import all_tools
 from tests.support import net1
-from tests.support.net1 import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject
+from tests.support.net1 import SUBJECT_PREFIX, E2EProject
 
 # No ``django_db`` mark: what the tests write must be committed for the query pool's connections to see it
 # (``django_db_blocker.unblock``, as the Net1 world itself is written).
@@ -58,15 +56,7 @@ def context(e2e_project: E2EProject, django_db_blocker: Any) -> Iterator[str]:
     with django_db_blocker.unblock():
         membership = Membership.objects.get(project_id=e2e_project.project_id, principal__subject=SUBJECT_PREFIX + WHO)
         permissions = list(membership.permissions)
-        catalog, task_scoped = tool_catalog()
-        handle = context_create(
-            token=net1.verified(WHO),
-            project_slug=PROJECT_SLUG,
-            session_id="ahead-tests",
-            purpose="ordinary_chat",
-            catalog=catalog,
-            task_scoped=task_scoped,
-        ).handle
+        handle = net1.bind_context(WHO, "ahead-tests")
     yield handle
     with django_db_blocker.unblock():
         Membership.objects.filter(pk=membership.pk).update(permissions=permissions)

@@ -58,6 +58,23 @@ def verified(subject: str, client: str = CLIENT) -> VerifiedToken:
     return tokens.verified_token(SUBJECT_PREFIX + subject, client=client, issuer=settings.TJWATER_DEV_ISSUER_ID)
 
 
+def bind_context(subject: str, session_id: str) -> str:
+    """Commit an ordinary_chat context of one of the e2e members on the Net1 project (created as the REST API
+    creates them, with the catalog's tools) and return its handle; the caller unblocks the database."""
+    from contexts.grants import tool_catalog
+    from contexts.services import context_create
+
+    catalog, task_scoped = tool_catalog()
+    return context_create(
+        token=verified(subject),
+        project_slug=PROJECT_SLUG,
+        session_id=session_id,
+        purpose="ordinary_chat",
+        catalog=catalog,
+        task_scoped=task_scoped,
+    ).handle
+
+
 def token(subject: str = "alice", scopes: str = "mcp.catalog.read mcp.query", client: str = CLIENT) -> str:
     """A dev-issuer token for one of the e2e principals (by its unprefixed name)."""
     return tokens.dev_token(SUBJECT_PREFIX + subject, client=client, scopes=scopes.split(), ttl_s=600)
