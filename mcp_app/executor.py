@@ -48,7 +48,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -58,7 +58,7 @@ from psycopg.pq import ExecStatus
 from contexts.errors import DataSourceUnavailable
 from mcp_app.statement_cache import Compiled, StatementCompiler
 from queries.errors import QueryTimeout
-from queries.plan import Plan, remaining_ms
+from queries.plan import Plan, Together, remaining_ms
 from tjwater import metrics, telemetry
 
 if TYPE_CHECKING:
@@ -70,31 +70,25 @@ R = TypeVar("R")
 NOT_STARTED: Any = object()  # ``run_plan``: the plan has not yielded yet
 TUPLES_OK = ExecStatus.TUPLES_OK
 
-# One client-side cursor per pooled connection, reused by every statement run on it: creating and closing
-# a cursor per statement cost ≈ 15 µs of CPU each (mcp_app/README.md "Measuring"). A connection serves
-# one call at a time, so its cursor is never shared by two statements at once; a client-side cursor holds
-# nothing on the server, and a new ``execute`` replaces its previous result (the last result of an idle
-# connection stays in memory until its next statement: at most one page per pooled connection).
-_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = (
+# Client-side cursors per pooled connection, reused by every statement run on it: creating and closing a
+# cursor per statement cost ≈ 15 µs of CPU each (mcp_app/README.md "Measuring"). A connection serves one
+# call at a time, so its cursors are never shared by two calls at once; a client-side cursor holds nothing
+# on the server, and a new ``execute`` replaces its previous result (the last result of an idle connection
+# stays in memory until its next statement: at most one page per pooled connection). One statement uses
+# the first; the statements of a pipeline one each (each keeps its result on its own cursor).
+_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], list[psycopg.AsyncCursor[Any]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-# The second cursor of a connection, for the second statement of a pipelined pair (``Execution.run_pair``):
-# each statement of a pipeline keeps its result on its own cursor.
-_SECOND_CURSORS: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _cursor(
-    conn: psycopg.AsyncConnection[Any],
-    cursors: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncCursor[Any]] = _CURSORS,
-) -> psycopg.AsyncCursor[Any]:
-    cursor = cursors.get(conn)
-    if cursor is None or cursor.closed:
-        cursor = cursors[conn] = conn.cursor()
-    return cursor
+def _cursors(conn: psycopg.AsyncConnection[Any], n: int = 1) -> list[psycopg.AsyncCursor[Any]]:
+    """At least ``n`` cursors of ``conn`` (made the first time they are needed)."""
+    cursors = _CURSORS.get(conn)
+    if cursors is None or cursors[0].closed:
+        cursors = _CURSORS[conn] = [conn.cursor()]
+    while len(cursors) < n:
+        cursors.append(conn.cursor())
+    return cursors
 
 
 # --- running statements -----------------------------------------------------------------------------
@@ -136,34 +130,45 @@ class Execution:
     @telemetry.traced_statement
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
         assert self.conn is not None  # set for as long as statements run
-        cursor = _cursor(self.conn)
+        cursor = _cursors(self.conn)[0]
         await cursor.execute(sql, params)
         result = cursor.pgresult
         return await cursor.fetchall() if result is not None and result.status == TUPLES_OK else []
 
-    @telemetry.traced_pair
-    async def _fetch_pair(self, first: Compiled, second: Compiled) -> tuple[list[Any], list[Any] | Exception]:
-        """Both statements in one pipeline (one round trip, one snapshot). ``second``'s own error (its
-        timeout, a cancel) comes back as the second item once ``first`` has its rows; a broken connection,
-        or ``first`` failing, raises."""
+    @telemetry.traced_batch
+    async def _fetch_batch(
+        self, statements: Sequence[Compiled], *, rest_may_fail: bool = False
+    ) -> tuple[list[Any], list[list[Any]] | Exception]:
+        """All in one pipeline: one round trip, one implicit transaction (one Sync). The first's rows, and
+        the others' in order. With ``rest_may_fail`` an error of a later statement (its timeout, a cancel)
+        comes back instead of their rows once the first has its rows; a broken connection, or the first
+        failing, raises — as does any error without it."""
         assert self.conn is not None  # set for as long as statements run
         conn = self.conn
-        one, two = _cursor(conn), _cursor(conn, _SECOND_CURSORS)
+        cursors = _cursors(conn, len(statements))
         try:
             async with conn.pipeline():
-                await one.execute(first.sql, first.params)
-                await two.execute(second.sql, second.params)
+                for cursor, statement in zip(cursors, statements, strict=False):
+                    await cursor.execute(statement.sql, statement.params)
         except psycopg.Error as exc:
-            # ``execute`` resets a cursor's result, so rows on ``one`` are this pipeline's.
+            one = cursors[0]
+            # ``execute`` resets a cursor's result, so rows on the first cursor are this pipeline's.
             answered = one.pgresult is not None and one.pgresult.status == TUPLES_OK
-            if not answered or (
-                isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
-                and not isinstance(exc, psycopg.errors.QueryCanceled)
+            if (
+                not rest_may_fail
+                or not answered
+                or (
+                    isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+                    and not isinstance(exc, psycopg.errors.QueryCanceled)
+                )
             ):
                 raise
             return await one.fetchall(), QueryTimeout() if isinstance(exc, psycopg.errors.QueryCanceled) else exc
-        result = two.pgresult
-        return await one.fetchall(), await two.fetchall() if result is not None and result.status == TUPLES_OK else []
+        rows = []
+        for cursor in cursors[: len(statements)]:
+            result = cursor.pgresult
+            rows.append(await cursor.fetchall() if result is not None and result.status == TUPLES_OK else [])
+        return rows[0], rows[1:]
 
     async def _guarded(self, work: Awaitable[R], timeout_s: float | None = None) -> R:
         """The statement(s) in a task of their own; with ``timeout_s`` (what is left of the call's budget)
@@ -219,19 +224,47 @@ class Execution:
         raw = await self._retrying(lambda: self._guarded(self._fetch(compiled.sql, compiled.params), timeout_s))
         return compiled.shape.rows(raw)
 
-    async def run_pair(self, first: Compiled, second: Compiled) -> tuple[Any, Any]:
-        """``first`` and then ``second`` in one round trip (a pipeline), guarded as a call's first
-        statement (under the session's budget, cancelled in PostgreSQL with the call): the context
-        resolution with a tool's first statement (``mcp_app.ahead``). Both must have SQL. Returns the
-        rows of each; ``second``'s are the error its statement met instead (``QueryTimeout``, …), for the
-        caller to raise only once it has checked ``first``'s."""
+    async def run_together(self, statements: Sequence[Compiled]) -> tuple[Any, ...]:
+        """A plan's ``Together``: its statements in one round trip (``_fetch_batch``), guarded and under the
+        call's budget as one statement (``run``); one without SQL (nothing can match) is not sent and
+        gives its empty rows."""
         if self.cancelled:
             raise CallCancelled
-        assert first.shape is not None and second.shape is not None
+        sent = [compiled for compiled in statements if compiled.shape is not None]
+        if len(sent) < 2:  # nothing to pipeline
+            return tuple([await self.run(compiled) for compiled in statements])
+        timeout_s = None
+        if self.deadline is not None:
+            left = remaining_ms(self.deadline)
+            timeout_s = left / 1000 if self.statements else None
+            self.statements += 1
+        first, rest = await self._retrying(lambda: self._guarded(self._fetch_batch(sent), timeout_s))
+        assert not isinstance(rest, Exception)  # raised, without ``rest_may_fail``
+        fetched = iter((first, *rest))
+        return tuple(
+            compiled.shape.rows(next(fetched)) if compiled.shape is not None else compiled.empty
+            for compiled in statements
+        )
+
+    async def run_ahead(self, first: Compiled, then: Sequence[Compiled]) -> tuple[Any, list[Any] | Exception]:
+        """``first`` and then each of ``then`` in one round trip (a pipeline), guarded as a call's first
+        statement (under the session's budget, cancelled in PostgreSQL with the call): the context
+        resolution with a tool's first statement(s) (``mcp_app.ahead``). All must have SQL. Returns the
+        rows of ``first`` and those of each of ``then`` — or the error their statements met instead
+        (``QueryTimeout``, …), for the caller to raise only once it has checked ``first``'s."""
+        if self.cancelled:
+            raise CallCancelled
+        assert first.shape is not None and all(compiled.shape is not None for compiled in then)
         self.statements += 1
-        raw, raw_second = await self._retrying(lambda: self._guarded(self._fetch_pair(first, second)))
-        rows_second = raw_second if isinstance(raw_second, Exception) else second.shape.rows(raw_second)
-        return first.shape.rows(raw), rows_second
+        raw, raw_rest = await self._retrying(
+            lambda: self._guarded(self._fetch_batch((first, *then), rest_may_fail=True))
+        )
+        if isinstance(raw_rest, Exception):
+            return first.shape.rows(raw), raw_rest
+        return first.shape.rows(raw), [
+            compiled.shape.rows(rows)  # type: ignore[union-attr]  # all have SQL (asserted above)
+            for compiled, rows in zip(then, raw_rest, strict=True)
+        ]
 
     async def _retrying(self, attempt: Callable[[], Awaitable[R]]) -> R:
         """``attempt()``, once more on a fresh connection when this one was found broken (see the class)."""
@@ -258,7 +291,10 @@ async def run_plan(
     try:
         statement = next(plan) if first_rows is NOT_STARTED else plan.send(first_rows)
         while True:
-            rows = await execution.run(compiler.compile(statement))
+            if isinstance(statement, Together):
+                rows = await execution.run_together([compiler.compile(s) for s in statement.statements])
+            else:
+                rows = await execution.run(compiler.compile(statement))
             statement = plan.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

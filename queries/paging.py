@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from queries.fitting import read_all_fetched, rows_to_fetch
-from queries.plan import Built, Statement, StatementFactory, count_of
+from queries.plan import Built, Statement, StatementFactory, Together, count_of
 from queries.schemas.common import PageRequest
 
 #: Above this many rows a collection's ``total`` is null (``TJWATER_EXACT_TOTAL_MAX``; measured, see the
@@ -39,22 +39,36 @@ def exact_total_max() -> int:
     return int(getattr(settings, "TJWATER_EXACT_TOTAL_MAX", EXACT_TOTAL_MAX))
 
 
+def budgeted_read(
+    read: Callable[[int], Statement], limit: int, least_item_bytes: int | None, *, extra: int = 1
+) -> tuple[Statement, Callable[[Sequence[Any]], tuple[list[Any], bool | None]]]:
+    """The statement for up to ``limit`` rows of a page, read with ``read(n)`` (the statement for ``n`` rows
+    from the page's offset), and how to take the page and what it says of ``has_more`` from its rows.
+    With ``extra`` one row more than the page is read to tell it; without, None (the caller knows it from
+    a total). With ``least_item_bytes`` (the fewest bytes one item writes,
+    ``queries.fitting.least_json_bytes``) and under the MCP edge's inline budget, no more rows are read
+    than can fit (``queries.fitting.rows_to_fetch``): when the page goes on beyond them, ``has_more`` is
+    true (the edge cuts the page there); when it ended inside them, None (nothing beyond what was read,
+    as far as this page can tell: the caller's total, else false)."""
+    cap = rows_to_fetch(limit, least_item_bytes) if least_item_bytes is not None else limit
+    if cap < limit:
+        return read(cap), lambda fetched: (
+            list(fetched),
+            None if read_all_fetched(len(fetched), cap, limit) else True,
+        )
+    return read(limit + extra), lambda fetched: (
+        list(fetched[:limit]),
+        len(fetched) > limit if extra else None,
+    )
+
+
 def budgeted_rows(
     read: Callable[[int], Statement], limit: int, least_item_bytes: int | None, *, extra: int = 1
 ) -> Generator[Statement, Any, tuple[list[Any], bool | None]]:
-    """Up to ``limit`` rows of a page, read with ``read(n)`` (the statement for ``n`` rows from the page's
-    offset), and what they say of ``has_more``. With ``extra`` one row more than the page is read to tell
-    it; without, None (the caller knows it from a total). With ``least_item_bytes`` (the fewest bytes one
-    item writes, ``queries.fitting.least_json_bytes``) and under the MCP edge's inline budget, no more rows
-    are read than can fit (``queries.fitting.rows_to_fetch``): when the page goes on beyond them,
-    ``has_more`` is true (the edge cuts the page there); when it ended inside them, None (nothing beyond
-    what was read, as far as this page can tell: the caller's total, else false)."""
-    cap = rows_to_fetch(limit, least_item_bytes) if least_item_bytes is not None else limit
-    if cap < limit:
-        fetched = yield read(cap)
-        return list(fetched), (None if read_all_fetched(len(fetched), cap, limit) else True)
-    fetched = yield read(limit + extra)
-    return list(fetched[:limit]), (len(fetched) > limit if extra else None)
+    """``budgeted_read`` as a plan fragment: its statement, then the page and what it says of ``has_more``."""
+    statement, page = budgeted_read(read, limit, least_item_bytes, extra=extra)
+    fetched = yield statement
+    return page(fetched)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,20 +129,21 @@ def page_of(
     values: Sequence[Any],
     page: PageRequest,
     least_item_bytes: int | None = None,
-) -> Generator[Statement, Any, tuple[int | None, list[Any], bool]]:
+) -> Generator[Statement | Together, Any, tuple[int | None, list[Any], bool]]:
     """``(total, items, has_more)`` of one page of a ``collection``: its count capped at
-    ``exact_total_max() + 1`` rows (the total is exact up to the cap, else None), then its first rows or,
-    with an offset, its rows from there (``budgeted_rows``: under the inline budget with
-    ``least_item_bytes``, only the rows that can fit); ``has_more`` is always exact."""
+    ``exact_total_max() + 1`` rows (the total is exact up to the cap, else None) and its first rows or,
+    with an offset, its rows from there (``budgeted_read``: under the inline budget with
+    ``least_item_bytes``, only the rows that can fit), yielded ``Together`` — neither needs the other's
+    rows, so the MCP driver sends both in one round trip. The page reads one row more than it returns,
+    so ``has_more`` is exact with or without a total."""
     offset = page.offset
     cap = exact_total_max()
-    n = yield rows.count(*shape, cap + 1, *values)
+    statement, page_from = budgeted_read(
+        lambda n: page_rows(rows, shape, values, offset, n), page.limit, least_item_bytes, extra=1
+    )
+    n, fetched = yield Together(rows.count(*shape, cap + 1, *values), statement)
     total = int(n) if n <= cap else None
-
-    def read(n: int) -> Statement:
-        return page_rows(rows, shape, values, offset, n)
-
-    items, more = yield from budgeted_rows(read, page.limit, least_item_bytes, extra=0 if total is not None else 1)
+    items, more = page_from(fetched)
     if more is None:
         more = offset + len(items) < total if total is not None else False
     return total, items, more

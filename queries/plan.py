@@ -18,6 +18,9 @@ What a plan may yield, and what it gets back:
 - ``Raw(sql, params, columns)`` → ``list`` of dicts keyed by ``columns`` (no columns: one empty dict per
   row); only for what the ORM cannot say (e.g. ``pg_sleep``), with ``%s`` placeholders and never client
   text in ``sql``;
+- ``Together(a, b, …)`` of statements none of which needs another's rows (a page's count and its rows)
+  → a ``tuple`` of what each gives, in order. ``run_sync`` runs them one after the other; the MCP driver
+  sends them in one round trip (a pipeline: one snapshot for all of them);
 - a *statement factory* ``STATEMENT(*args)`` (``@statement_factory``: a function of the call's values that
   builds one of the above with the ORM) → what that statement gives. ``run_sync`` builds and runs it
   like any queryset; the MCP driver builds it with the ORM once per shape and afterwards only binds the
@@ -120,8 +123,23 @@ def statement_factory(
 #: What a statement factory builds: a statement run as it is.
 Built = QuerySet[Any] | CountOf | Raw
 Statement = QuerySet[Any] | CountOf | Raw | Bound
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Together:
+    """Statements a plan yields at once because none needs another's rows; it gets back a tuple of what
+    each gives. A driver may send them in one round trip (the MCP driver does: ``mcp_app.executor``)."""
+
+    statements: tuple[Statement, ...]
+
+    def __init__(self, *statements: Statement) -> None:
+        if len(statements) < 2 or any(isinstance(s, Together) for s in statements):
+            raise TypeError("Together takes two or more statements, none of them a Together")
+        object.__setattr__(self, "statements", statements)
+
+
 #: A running service: yields statements, receives their rows, returns the result.
-Plan = Generator[Statement, Any, R]
+Plan = Generator[Statement | Together, Any, R]
 
 
 def count_of(queryset: QuerySet[Any]) -> CountOf:
@@ -166,19 +184,27 @@ def run_sync(plan: Plan[R], *, budget_s: float | None = None) -> R:
     transaction (the whole budget)."""
     deadline = time.monotonic() + budget_s if budget_s is not None else None
     first = True
+
+    def execute(statement: Statement) -> Any:
+        nonlocal first
+        if deadline is not None and not first:
+            _set_local_timeout(deadline)
+        first = False
+        try:
+            return execute_sync(statement)
+        except OperationalError as exc:
+            if deadline is not None and isinstance(exc.__cause__, QueryCanceled):
+                raise QueryTimeout() from None
+            raise
+
     try:
-        statement = next(plan)
+        step = next(plan)
         while True:
-            if deadline is not None and not first:
-                _set_local_timeout(deadline)
-            first = False
-            try:
-                rows = execute_sync(statement)
-            except OperationalError as exc:
-                if deadline is not None and isinstance(exc.__cause__, QueryCanceled):
-                    raise QueryTimeout() from None
-                raise
-            statement = plan.send(rows)
+            if isinstance(step, Together):  # one after the other, each under what is left of the budget
+                rows: Any = tuple(execute(s) for s in step.statements)
+            else:
+                rows = execute(step)
+            step = plan.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]  # the generator's return value
 

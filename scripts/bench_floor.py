@@ -6,7 +6,8 @@ fastest serialiser at hand. "Its tool's SQL" is taken from the tool itself, neve
 ``run_plan`` and ``StatementCompiler``) with a compiler that records each compiled statement, and shapes
 the answer as the dispatcher does (``fit_inline``: the inline cap of R-PAGE-5). ``measure`` then runs
 exactly those statements (SQL and parameters) on one sync psycopg connection — prepared as the server's
-connections prepare them — and serialises the captured answer, ``runs`` times; the floor is the median
+connections prepare them, in the same round trips (statements a plan yields ``Together`` in one
+pipeline, as the driver sends them) — and serialises the captured answer, ``runs`` times; the floor is the median
 of (statements + serialisation). No HTTP, no authentication, no context, no limiter, no Pydantic.
 
 Runs in the bench process (``scripts/bench.py``) against the bench database, with Django set up only
@@ -37,6 +38,9 @@ class Captured:
 
     statements: list[tuple[str, tuple[Any, ...]]]
     structured: dict[str, Any]
+    #: How many of ``statements``, in order, the call sent in each round trip (a plan's ``Together`` is
+    #: one pipeline, ``mcp_app.executor``); the floor sends them the same way.
+    round_trips: list[int]
 
 
 @dataclass
@@ -50,16 +54,42 @@ class Floor:
 
 
 class _Recorder:
-    """A ``StatementCompiler`` stand-in for ``run_plan``: compiles with the real one, keeps what it ran."""
+    """A ``StatementCompiler`` stand-in for ``run_plan``: compiles with the real one, keeps what it ran;
+    ``steps`` wraps the plan to keep which statements it yielded together."""
 
     def __init__(self, compiler: Any) -> None:
         self.compiler = compiler
         self.compiled: list[Any] = []
+        self.sizes: list[int] = []  # statements per yield
 
     def compile(self, statement: Any) -> Any:
         compiled = self.compiler.compile(statement)
         self.compiled.append(compiled)
         return compiled
+
+    def steps(self, plan: Any) -> Any:
+        from queries.plan import Together
+
+        try:
+            step = next(plan)
+            while True:
+                self.sizes.append(len(step.statements) if isinstance(step, Together) else 1)
+                step = plan.send((yield step))
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            plan.close()
+
+    def round_trips(self) -> tuple[list[tuple[str, tuple[Any, ...]]], list[int]]:
+        """The statements with SQL, and how many of them each round trip sent (a statement that cannot
+        match sends none)."""
+        statements, trips, compiled = [], [], iter(self.compiled)
+        for size in self.sizes:
+            sent = [(c.sql, tuple(c.params)) for c in (next(compiled) for _ in range(size)) if c.shape is not None]
+            statements.extend(sent)
+            if sent:
+                trips.append(len(sent))
+        return statements, trips
 
 
 def scope_for(
@@ -109,17 +139,17 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
 
     spec = {t.name: t for t in all_tools()}[tool]
 
-    async def run() -> tuple[Any, list[Any]]:
+    async def run() -> tuple[Any, _Recorder]:
         db = QueryDatabase(size=1, budget_s=60, checkout_timeout_s=10, connect_timeout_s=5)
         await db.pool.open(wait=True)
         conn = await db.checkout()
         recorder = _Recorder(db.compiler)
         try:
-            result = await run_plan(spec.invoke(scope, dict(arguments)), Execution(conn), recorder)
+            result = await run_plan(recorder.steps(spec.invoke(scope, dict(arguments))), Execution(conn), recorder)
         finally:
             await db.give_back(conn)
             await db.close()
-        return result, recorder.compiled
+        return result, recorder
 
     max_bytes = settings.TJWATER_MCP_INLINE_MAX_BYTES
     # Under the inline budget the dispatcher gives a plain call (``queries.fitting``): the statements read
@@ -140,8 +170,8 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
         page_holder=spec.page_holder,
     )
     # A statement that cannot match (an empty IN list) sends no SQL: nothing to replay.
-    statements = [(c.sql, tuple(c.params)) for c in compiled if c.shape is not None]
-    return Captured(statements, structured)
+    statements, round_trips = compiled.round_trips()
+    return Captured(statements, structured, round_trips)
 
 
 def connect() -> psycopg.Connection[Any]:
@@ -172,12 +202,33 @@ def fastest_serialiser(structured: dict[str, Any], rounds: int = 20) -> tuple[st
     return best[1], SERIALISERS[best[1]]
 
 
+def _replay(conn: psycopg.Connection[Any], cursors: list[psycopg.Cursor[Any]], captured: Captured) -> None:
+    """The captured statements, each round trip as the call sent it: alone, or several in one pipeline."""
+    statements = iter(captured.statements)
+    for size in captured.round_trips:
+        if size == 1:
+            sql, params = next(statements)
+            cursors[0].execute(sql, params)
+            if cursors[0].pgresult is not None and cursors[0].description is not None:
+                cursors[0].fetchall()
+            continue
+        used = cursors[:size]
+        with conn.pipeline():
+            for cursor in used:
+                sql, params = next(statements)
+                cursor.execute(sql, params)
+        for cursor in used:
+            if cursor.pgresult is not None and cursor.description is not None:
+                cursor.fetchall()
+
+
 def measure(
     captured: Captured, conn: psycopg.Connection[Any], runs: int, warmup: int = 5, max_s: float = 15.0
 ) -> Floor:
     """Median cost of running the captured statements and serialising the captured answer, ``runs`` times
     (fewer, but at least 5, when they take longer than ``max_s`` together)."""
     name, dump = fastest_serialiser(captured.structured)
+    cursors = [conn.cursor() for _ in range(max(captured.round_trips, default=1))]
     totals: list[float] = []
     sqls: list[float] = []
     jsons: list[float] = []
@@ -186,11 +237,7 @@ def measure(
         if len(totals) >= 5 and time.monotonic() > deadline:
             break
         started = time.perf_counter()
-        with conn.cursor() as cursor:
-            for sql, params in captured.statements:
-                cursor.execute(sql, params)
-                if cursor.pgresult is not None and cursor.description is not None:
-                    cursor.fetchall()
+        _replay(conn, cursors, captured)
         queried = time.perf_counter()
         dump(captured.structured)
         done = time.perf_counter()

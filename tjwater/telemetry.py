@@ -240,25 +240,25 @@ def traced_statement(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable
     return wrapper
 
 
-def traced_pair(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Decorate ``async def _fetch_pair(self, first, second)`` (two compiled statements in one pipeline):
-    one CLIENT span for the batch (``db.operation.batch.size`` 2, both texts)."""
+def traced_batch(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Decorate ``async def _fetch_batch(self, statements, **kw)`` (compiled statements in one pipeline):
+    one CLIENT span for the batch (``db.operation.batch.size``, the texts)."""
 
     @functools.wraps(fn)
-    async def wrapper(self: Any, first: Any, second: Any) -> R:
+    async def wrapper(self: Any, statements: Any, **kw: Any) -> R:
         if _tracer is None:
-            return await fn(self, first, second)
-        one, two = _sql_attributes(first.sql), _sql_attributes(second.sql)
-        same = one["db.operation.name"] if one["db.operation.name"] == two["db.operation.name"] else ""
-        operation = f"BATCH {same}".strip()
+            return await fn(self, statements, **kw)
+        parts = [_sql_attributes(statement.sql) for statement in statements]
+        names = {part["db.operation.name"] for part in parts}
+        operation = f"BATCH {names.pop() if len(names) == 1 else ''}".strip()
         attributes = {
             **POSTGRESQL,
             "db.operation.name": operation,
-            "db.operation.batch.size": 2,
-            "db.query.text": f"{one['db.query.text']}; {two['db.query.text']}"[:8000],
+            "db.operation.batch.size": len(parts),
+            "db.query.text": "; ".join(part["db.query.text"] for part in parts)[:8000],
         }
         with span("postgresql " + operation, attributes, SpanKind.CLIENT):
-            return await fn(self, first, second)
+            return await fn(self, statements, **kw)
 
     return wrapper
 

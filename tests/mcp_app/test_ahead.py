@@ -228,6 +228,7 @@ def test_the_pair_is_one_client_span_inside_the_resolution(context: str) -> None
         async with dispatcher() as d:
             for _ in range(2):
                 assert (await call(d, context, "get_element_properties", PROPERTIES))["isError"] is False
+            assert (await call(d, context, "list_elements", PAGE))["isError"] is False
 
     try:
         asyncio.run(main())
@@ -238,11 +239,17 @@ def test_the_pair_is_one_client_span_inside_the_resolution(context: str) -> None
     children = [
         [c for c in finished if c.parent is not None and c.parent.span_id == r.context.span_id] for r in resolves
     ]
-    # First call: the resolution alone, then the tool's statement; second call: both in one pipeline.
-    assert [[c.name for c in kids] for kids in children] == [["postgresql SELECT"], ["postgresql BATCH SELECT"]]
-    batch = children[1][0]
+    # First call: the resolution alone, then the tool's statement; second call: both in one pipeline; a page
+    # (its count and rows yielded together): the resolution and both.
+    assert [[c.name for c in kids] for kids in children] == [["postgresql SELECT"]] + [["postgresql BATCH SELECT"]] * 2
+    batch, page = children[1][0], children[2][0]
     assert batch.kind == SpanKind.CLIENT and batch.attributes["db.operation.batch.size"] == 2
     assert str(batch.attributes["db.query.text"]).count("%s") >= 2  # placeholders, never the values
+    assert page.attributes["db.operation.batch.size"] == 3
+    assert "COUNT(" in str(page.attributes["db.query.text"]).upper()
+    # Nothing more was sent for the page: its call's only statement span is that batch.
+    statements = [s for s in finished if s.kind == SpanKind.CLIENT and s.name.startswith("postgresql")]
+    assert len(statements) == 1 + 1 + 1 + 1  # resolution, property; pair; triple
     assert context not in repr([dict(s.attributes) for s in finished])
     assert hash_handle(context) not in repr([dict(s.attributes) for s in finished])
 

@@ -23,7 +23,7 @@ from contexts.scope import QueryScope
 from mcp_app.executor import Execution, run_plan
 from mcp_app.pool import QueryDatabase
 from mcp_app.statement_cache import CompiledFactory, StatementCompiler, _Shape
-from queries.plan import run_sync
+from queries.plan import Together, run_sync
 from queries.registry import all_tools
 
 pytestmark = pytest.mark.django_db
@@ -86,7 +86,8 @@ def recording(plan: Any, yielded: list[str]) -> Any:
     try:
         statement = next(plan)
         while True:
-            yielded.append(type(statement).__name__)
+            parts = statement.statements if isinstance(statement, Together) else (statement,)
+            yielded.extend(type(part).__name__ for part in parts)
             statement = plan.send((yield statement))
     except StopIteration as stop:
         return stop.value
@@ -582,3 +583,95 @@ def test_the_query_budget_is_the_whole_calls_not_each_statements() -> None:
     assert restored == "1s"
     assert done == 2
     assert stops() == before + 1
+
+
+def _stamps() -> Any:
+    """Two statements yielded together, each reading its transaction's start time, then a third alone."""
+    from queries.plan import Raw
+
+    first, second = yield Together(
+        Raw("SELECT transaction_timestamp()", (), ("at",)), Raw("SELECT transaction_timestamp(), 2", (), ("at", "n"))
+    )
+    (after,) = yield Raw("SELECT transaction_timestamp()", (), ("at",))
+    return first[0]["at"], second[0]["at"], second[0]["n"], after["at"]
+
+
+def test_statements_yielded_together_go_in_one_round_trip_on_the_mcp_driver() -> None:
+    """Issue 25: a plan's ``Together`` (a page's count and rows) is one pipeline on the MCP driver — one
+    implicit transaction, so both statements see the same transaction start — while ``run_sync`` runs
+    them one after the other in autocommit; the plan gets a tuple in order either way, and the
+    statement after it runs on its own."""
+
+    async def run() -> tuple[Any, ...]:
+        db = QueryDatabase(size=1, budget_s=30, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            try:
+                return await run_plan(_stamps(), Execution(conn, db), db.compiler)  # type: ignore[no-any-return]
+            finally:
+                await db.give_back(conn)
+        finally:
+            await db.close()
+
+    first, second, n, after = asyncio.run(run())
+    assert n == 2
+    assert first == second  # one transaction: sent in one round trip with one Sync
+    assert after > second  # the next step is a statement of its own
+    assert run_sync(_stamps())[2] == 2  # run_sync runs them one by one and gives the same tuple
+
+
+def test_statements_together_are_one_statement_for_the_budget_and_the_cancel() -> None:
+    """A ``Together`` is guarded as one statement: past what is left of the call's budget it is stopped
+    in PostgreSQL (``QUERY_TIMEOUT``, counted), and a cancelled call cancels it and waits until it has
+    stopped; a statement of it that cannot match sends no SQL and gives its empty rows."""
+    import anyio
+    from prometheus_client import REGISTRY
+
+    from queries.errors import QueryTimeout
+    from queries.models import Junction
+    from queries.plan import Raw, count_of
+
+    def stops() -> float:
+        return REGISTRY.get_sample_value("tjwater_mcp_statement_deadline_stops_total") or 0.0
+
+    def slow(seconds: float) -> Any:
+        yield Raw("SELECT pg_sleep(0.3)")  # the rest runs under the 0.2 s left, before the session's 0.5 s
+        yield Together(Raw("SELECT pg_sleep(%s)", (seconds,)), Raw("SELECT 2", (), ("two",)))
+        return "done"
+
+    def with_nothing_to_match() -> Any:
+        nothing, two = yield Together(count_of(Junction.objects.filter(pk__in=[])), Raw("SELECT 2", (), ("two",)))
+        return nothing, two
+
+    async def run() -> tuple[float, Any, int, Any]:
+        db = QueryDatabase(size=2, budget_s=0.5, checkout_timeout_s=5, connect_timeout_s=5)
+        await db.pool.open(wait=True)
+        try:
+            conn = await db.checkout()
+            started = time.monotonic()
+            try:
+                with pytest.raises(QueryTimeout):
+                    await run_plan(slow(5), Execution(conn, db), db.compiler)
+                elapsed = time.monotonic() - started
+                execution = Execution(conn, db, budget_s=60)
+                with anyio.move_on_after(0.5):
+                    await run_plan(slow(30), execution, db.compiler)
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE state = 'active'"
+                    " AND query LIKE 'SELECT pg_sleep%%' AND application_name = 'tjwater-mcp-query'"
+                )
+                active = (await cur.fetchone())[0]
+                partly = await run_plan(with_nothing_to_match(), Execution(conn, db), db.compiler)
+            finally:
+                await db.give_back(conn)
+            return elapsed, execution, active, partly
+        finally:
+            await db.close()
+
+    before = stops()
+    elapsed, execution, active, partly = asyncio.run(run())
+    assert 0.45 < elapsed < 1.5  # stopped at the budget, not after the 5 s sleep
+    assert stops() == before + 1
+    assert execution.cancelled and execution.cancel_sent and active == 0
+    assert partly == (0, [{"two": 2}])

@@ -16,6 +16,7 @@ from queries.plan import (
     Bound,
     Plan,
     Raw,
+    Together,
     count_of,
     raw_rows,
     remaining_ms,
@@ -69,6 +70,28 @@ def test_the_budget_is_the_whole_calls() -> None:
     with pytest.raises(QueryTimeout), transaction.atomic():  # the failed statement aborts the transaction
         run_sync(plan(), budget_s=0.6)
     assert time.monotonic() - started < 3  # not the second sleep's 5 s
+
+
+def test_statements_together_each_run_under_what_is_left() -> None:
+    """``run_sync`` runs a ``Together`` one statement after the other, each under what is left of the budget
+    (the second sleep of the pair is cancelled), and gives the plan a tuple in order."""
+
+    def plan(second: float) -> Plan[Any]:
+        return (yield Together(Raw("SELECT pg_sleep(0.3), 1", columns=["_", "one"]), Raw(f"SELECT pg_sleep({second})")))
+
+    with transaction.atomic():
+        assert run_sync(plan(0), budget_s=5) == ([{"_": "", "one": 1}], [{}])
+    started = time.monotonic()
+    with pytest.raises(QueryTimeout), transaction.atomic():
+        run_sync(plan(5), budget_s=0.6)
+    assert time.monotonic() - started < 3
+
+
+def test_together_takes_two_or_more_plain_statements() -> None:
+    with pytest.raises(TypeError):
+        Together(Raw("SELECT 1"))
+    with pytest.raises(TypeError):
+        Together(Raw("SELECT 1"), Together(Raw("SELECT 2"), Raw("SELECT 3")))
 
 
 def test_remaining_ms_is_at_least_one_and_refuses_when_nothing_is_left() -> None:

@@ -18,11 +18,13 @@ def test_list_elements_floor_replays_its_count_and_page(demo_loaded: None) -> No
     captured = bench_floor.capture("list_elements", scope, {"element_type": "junction", "limit": 7, "offset": 3})
 
     assert len(captured.statements) == 2  # the total and the page, as the service's pinned query count
+    assert captured.round_trips == [2]  # yielded together: one pipeline, as the MCP driver sends them
     (count_sql, count_params), (page_sql, page_params) = captured.statements
     assert "COUNT(" in count_sql.upper() and '"queries_junction"' in count_sql
     assert scope.project_id in count_params
     assert '"queries_junction"' in page_sql and "ORDER BY" in page_sql.upper()
-    assert scope.project_id in page_params and 7 in page_params and 3 in page_params
+    # 7 rows and one more to tell has_more (read with the count: neither waits for the other), from offset 3
+    assert scope.project_id in page_params and 8 in page_params and 3 in page_params
     data = captured.structured["data"]
     first = (
         Junction.objects.filter(project_id=scope.project_id)

@@ -10,11 +10,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from django.db.models import Max
 
+from contexts.models import ContextEvent, QueryContext
 from queries.models import ElementGisProperties, NodeBaseline
 from tests.queries.services.test_ranking import BREAK, NOON, reference_deviation
 from tests.queries.services.test_topology import link_ends, net6, reference_trace
@@ -25,6 +28,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
 AT = datetime(2026, 11, 1, 9, tzinfo=UTC)
 
 
+@pytest.fixture
+def contexts_made(django_db_blocker: Any) -> Iterator[None]:
+    """The contexts the script binds through the server are committed: deleted afterwards, so that later
+    tests of the session see none of them."""
+    with django_db_blocker.unblock():
+        last = QueryContext.objects.aggregate(last=Max("pk"))["last"] or 0
+    yield
+    with django_db_blocker.unblock():
+        made = QueryContext.objects.filter(pk__gt=last)
+        ContextEvent.objects.filter(context_id__in=made.values("pk")).delete()
+        made.delete()
+
+
+@pytest.mark.usefixtures("contexts_made")
 def test_four_questions(start_server: Callable[..., ServerProcess], django_db_blocker: object) -> None:
     server = start_server()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
