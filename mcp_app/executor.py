@@ -24,11 +24,12 @@ plans here, on the event loop, on a psycopg ``AsyncConnectionPool`` of its own:
   runs under the session's timeout (the whole budget), each later one under what is left of it — the
   driver stops it in PostgreSQL (a cancel request) when that runs out, so the session's timeout is never
   changed and no ``set_config``/``RESET`` round trip is spent per statement (``Execution``);
-  Statements run in autocommit: a plan that yields several statements (a count and a page) reads one
-  snapshot per statement. Accepted for the current families — the network model changes only by a
-  re-import, so at worst one call's ``total`` and page straddle an import, and the result says when it
-  was read (``queried_at``); a family that needs one snapshot must say so (``Plan`` in one READ ONLY
-  transaction is then one BEGIN more, see ``run_plan(..., snapshot=True)``);
+  Statements run in autocommit, each reading its own snapshot (READ COMMITTED). Statements a plan yields
+  ``Together`` (a page's count and rows) go in one pipeline with one Sync — one round trip, one implicit
+  transaction, still a snapshot per statement. Accepted for the current families — the network model
+  changes only by a re-import, so at worst one call's ``total`` and page straddle an import, and the
+  result says when it was read (``queried_at``); a family that needs one snapshot would need a
+  REPEATABLE READ transaction (a BEGIN more) — none does today;
 - **server-side prepared statements** — psycopg prepares a statement after ``prepare_threshold``
   executions on a connection, so the resolve query and the tool queries are planned once per connection;
 - **cancellation down to PostgreSQL** (R-PROTO-6) — each statement runs in a task of its own, shielded

@@ -10,8 +10,9 @@ rows are statement factories, compiled once per shape and afterwards only bound 
   ``null`` — R-PAGE-1's "no stable total" — never an estimate. An exact ``COUNT(*)`` of a very large
   collection reads all of it on every page (most of a ``list_elements`` page on the scale network), for a
   number no client can page through anyway (offsets stop at ``MAX_OFFSET``);
-- ``has_more`` is always exact: from the total when there is one, else by reading one row more than the
-  page (that row is not returned).
+- ``has_more`` is always exact: the page reads one row more than it returns (that row is not returned);
+- the count and the page are yielded ``Together`` (neither needs the other's rows): the MCP driver sends
+  both in one round trip.
 
 How the threshold was chosen (a measurement) is in ``mcp_app/README.md`` ("Measuring"); the page's
 output schema says when ``total`` is null.

@@ -20,7 +20,7 @@ What a plan may yield, and what it gets back:
   text in ``sql``;
 - ``Together(a, b, …)`` of statements none of which needs another's rows (a page's count and its rows)
   → a ``tuple`` of what each gives, in order. ``run_sync`` runs them one after the other; the MCP driver
-  sends them in one round trip (a pipeline: one snapshot for all of them);
+  sends them in one round trip (a pipeline with one Sync: one implicit transaction, read-only);
 - a *statement factory* ``STATEMENT(*args)`` (``@statement_factory``: a function of the call's values that
   builds one of the above with the ORM) → what that statement gives. ``run_sync`` builds and runs it
   like any queryset; the MCP driver builds it with the ORM once per shape and afterwards only binds the
