@@ -206,6 +206,16 @@ class Execution:
             except BaseException:  # noqa: BLE001 - QueryCanceled is what we expect
                 pass
 
+    def _next_timeout(self) -> float | None:
+        """The next guarded statement's time limit: what is left of the call's budget (``QUERY_TIMEOUT`` when
+        nothing is), or None for the first — it runs under the session's timeout, the whole budget."""
+        if self.deadline is None:
+            return None
+        left = remaining_ms(self.deadline)
+        timeout_s = left / 1000 if self.statements else None
+        self.statements += 1
+        return timeout_s
+
     async def run(self, compiled: Compiled, *, guarded: bool = True) -> Any:
         """Run one compiled statement. ``guarded`` (tool queries): in a task of its own, so that a
         cancelled call cancels it in PostgreSQL and waits until it has stopped. Unguarded (the
@@ -217,11 +227,7 @@ class Execution:
             return compiled.empty
         if not guarded:
             return compiled.shape.rows(await self._retrying(lambda: self._fetch(compiled.sql, compiled.params)))
-        timeout_s = None
-        if self.deadline is not None:
-            left = remaining_ms(self.deadline)  # QUERY_TIMEOUT when nothing is left
-            timeout_s = left / 1000 if self.statements else None  # the first runs under the session's budget
-            self.statements += 1
+        timeout_s = self._next_timeout()
         raw = await self._retrying(lambda: self._guarded(self._fetch(compiled.sql, compiled.params), timeout_s))
         return compiled.shape.rows(raw)
 
@@ -234,11 +240,7 @@ class Execution:
         sent = [compiled for compiled in statements if compiled.shape is not None]
         if len(sent) < 2:  # nothing to pipeline
             return tuple([await self.run(compiled) for compiled in statements])
-        timeout_s = None
-        if self.deadline is not None:
-            left = remaining_ms(self.deadline)
-            timeout_s = left / 1000 if self.statements else None
-            self.statements += 1
+        timeout_s = self._next_timeout()
         first, rest = await self._retrying(lambda: self._guarded(self._fetch_batch(sent), timeout_s))
         assert not isinstance(rest, Exception)  # raised, without ``rest_may_fail``
         fetched = iter((first, *rest))

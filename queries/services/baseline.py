@@ -27,7 +27,7 @@ from contexts.scope import QueryScope
 from queries.fitting import fitting, least_json_bytes, model_skeleton
 from queries.models import ELEMENT_MODELS, NODE_TYPES, LinkBaseline, NodeBaseline
 from queries.paging import collection, page_of, page_rows
-from queries.plan import Plan, service, statement_factory
+from queries.plan import Plan, Together, service, statement_factory
 from queries.schemas.baseline import (
     BaselineAtTime,
     BaselineAtTimeResult,
@@ -205,20 +205,24 @@ def query_model_baseline_series(
     ``page`` pages over the points in that order (the continuation of a result cut to fit inline); by
     default all points, at most 10000 (more → ``LimitExceeded``).
 
-    Three queries: the elements in the network model (unknown ids → ``NotFound`` naming them), the
-    count and time range per element in the window, the page of points.
+    Three queries: the elements in the network model (unknown ids → ``NotFound`` naming them) together
+    with the count and time range per element in the window (one round trip on the MCP driver), then
+    the page of points.
     """
     names = _check_fields(element_type, fields)
     ids = check_targets(element_ids, "element id")
     window = time_window(start, end)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
-    known = yield _known(element_type, scope.project_id, *ids)
+    # The elements and their spans need nothing from each other: one round trip on the MCP driver.
+    known, spans = yield Together(
+        _known(element_type, scope.project_id, *ids),
+        _spans(element_type, scope.project_id, window.start, window.end, *ids),
+    )
     unknown = [i for i in ids if i not in set(known)]
     if unknown:
         raise NotFound(
             f"No {element_type} with id {', '.join(unknown)} in this project.", details={"unknown_element_ids": unknown}
         )
-    spans = yield _spans(element_type, scope.project_id, window.start, window.end, *ids)
     total = sum(s["n"] for s in spans)
     if total > MAX_POINTS:
         raise LimitExceeded(

@@ -40,7 +40,7 @@ from queries.models import (
     Tank,
     Valve,
 )
-from queries.plan import Plan, Raw, service, statement_factory
+from queries.plan import Plan, Raw, Together, service, statement_factory
 from queries.schemas.common import PageRequest, TimeWindow
 from queries.schemas.topology import (
     ConnectedElement,
@@ -352,9 +352,9 @@ def trace_flow_path(
     downstream (to the demand ends), at most ``max_elements`` (≤ 500): the dominant path first, then the
     rest of the subgraph breadth first; where and why it stopped.
 
-    Five queries: the start element, the instant (from the start's own baseline; outside the baseline →
-    ``NotFound``), the start link's flow (links only), the dominant path, the subgraph; one more for the
-    type of the reservoirs and tanks reached."""
+    Five queries: the start element together with the instant (from the start's own baseline; outside
+    the baseline → ``NotFound``; one round trip on the MCP driver), the start link's flow (links only),
+    the dominant path, the subgraph; one more for the type of the reservoirs and tanks reached."""
     _check_element(element_type, element_id)
     if direction not in DIRECTIONS:
         raise InvalidParameter("direction must be upstream or downstream.", details={"field": "direction"})
@@ -367,12 +367,15 @@ def trace_flow_path(
             f"max_elements must be an integer from 1 to {MAX_TRACE_ELEMENTS}.", details={"field": "max_elements"}
         )
     asked = _aware(time)
-    rows = yield _start(element_type, scope.project_id, element_id)
+    is_link = element_type in LINK_TYPES
+    # The element and its instants need nothing from each other: one round trip on the MCP driver.
+    rows, instants = yield Together(
+        _start(element_type, scope.project_id, element_id),
+        element_instants(element_type, ("flow",) if is_link else (), scope.project_id, element_id, asked),
+    )
     if not rows:
         raise NotFound(f"No {element_type} with that id in this project.", details={"field": "element_id"})
     start = rows[0]
-    is_link = element_type in LINK_TYPES
-    instants = yield element_instants(element_type, ("flow",) if is_link else (), scope.project_id, element_id, asked)
     at = _instant(instants, asked, f"{element_type} {element_id}")
     instant = at["time"]
     if is_link:
