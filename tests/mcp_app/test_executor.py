@@ -532,6 +532,13 @@ def test_a_cancelled_call_stops_its_statement_and_starts_no_other() -> None:
     assert active == 0
 
 
+def deadline_stops() -> float:
+    """Statements stopped in PostgreSQL because the call's budget ran out (the metric)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("tjwater_mcp_statement_deadline_stops_total") or 0.0
+
+
 def _sleeps(count: int, seconds: float) -> Any:
     from queries.plan import Raw
 
@@ -546,12 +553,9 @@ def test_the_query_budget_is_the_whole_calls_not_each_statements() -> None:
     PostgreSQL when the budget runs out at 1 s (QUERY_TIMEOUT; left to run it would end at 1.35 s; the
     stop is counted), and the session's timeout was never changed (issue 25: no ``set_config``/``RESET``
     round trips)."""
-    from prometheus_client import REGISTRY
-
     from queries.errors import QueryTimeout
 
-    def stops() -> float:
-        return REGISTRY.get_sample_value("tjwater_mcp_statement_deadline_stops_total") or 0.0
+    stops = deadline_stops
 
     async def run() -> tuple[float, str, int]:
         db = QueryDatabase(size=1, budget_s=1, checkout_timeout_s=5, connect_timeout_s=5)
@@ -626,14 +630,12 @@ def test_statements_together_are_one_statement_for_the_budget_and_the_cancel() -
     in PostgreSQL (``QUERY_TIMEOUT``, counted), and a cancelled call cancels it and waits until it has
     stopped; a statement of it that cannot match sends no SQL and gives its empty rows."""
     import anyio
-    from prometheus_client import REGISTRY
 
     from queries.errors import QueryTimeout
     from queries.models import Junction
     from queries.plan import Raw, count_of
 
-    def stops() -> float:
-        return REGISTRY.get_sample_value("tjwater_mcp_statement_deadline_stops_total") or 0.0
+    stops = deadline_stops
 
     def slow(seconds: float) -> Any:
         yield Raw("SELECT pg_sleep(0.3)")  # the rest runs under the 0.2 s left, before the session's 0.5 s
