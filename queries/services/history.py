@@ -46,7 +46,7 @@ from queries.models import (
     ScadaReading,
 )
 from queries.paging import budgeted_rows
-from queries.plan import Plan, Raw, service
+from queries.plan import Plan, Raw, Statement, Together, service
 from queries.scada_units import STORAGE_UNITS
 from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
@@ -334,9 +334,19 @@ def query_element_history(
     page: PageRequest,
 ) -> Plan[ElementHistoryResult]:
     """One page of the elements' history in the global order of R-PAGE-3 (three queries: the elements,
-    their devices, the UNION ALL page; ``analysis_comparison`` adds one for the run)."""
+    their devices, the UNION ALL page; ``analysis_comparison`` adds one for the run,
+    ``realtime_comparison`` one for the baseline's coverage; all but the page in one round trip on the MCP
+    driver)."""
     _validate(scope, elements, start, end, mode, run_id)
-    found = yield _existing(scope, elements)
+    # The elements, their devices and the mode's run or baseline coverage need nothing from each other's rows:
+    # one round trip on the MCP driver; checked below in the order the errors are given.
+    by_mode: list[Statement] = []
+    if mode == "analysis_comparison":
+        span_model = AnalysisNodeSeries if elements[0].element_type in NODE_TYPES else AnalysisLinkSeries
+        by_mode = [run_with_span(span_model, elements[0].element_type, scope.project_id, run_id)]
+    elif mode == "realtime_comparison":
+        by_mode = [_baseline_coverage(scope, elements, start, end)]
+    found, devices, *mode_rows = yield Together(_existing(scope, elements), _devices(scope, elements), *by_mode)
     missing = sorted({(k.element_type, k.element_id) for k in elements} - {(r["e_type"], r["e_id"]) for r in found})
     if missing:
         t, i = missing[0]
@@ -344,24 +354,19 @@ def query_element_history(
 
     run: dict[str, Any] | None = None
     if mode == "analysis_comparison":
-        span_model = AnalysisNodeSeries if elements[0].element_type in NODE_TYPES else AnalysisLinkSeries
-        runs = yield run_with_span(span_model, elements[0].element_type, scope.project_id, run_id)
+        runs = mode_rows[0]
         if not runs:
             raise NotFound("No analysis run with that id in this project.")
         run = runs[0]
         require_series(str(run_id), run)
 
-    devices = yield _devices(scope, elements)
     if len(devices) > MAX_DEVICES:
         raise LimitExceeded(f"More than {MAX_DEVICES} devices on these elements; name fewer elements.")
 
     pks = [d["pk"] for d in devices]
     modelled = [] if mode == "observed" else list(elements)
     run_pk = run["pk"] if run is not None else None
-
-    coverage: list[dict[str, Any]] = []
-    if mode == "realtime_comparison":
-        coverage = yield _baseline_coverage(scope, elements, start, end)
+    coverage: list[dict[str, Any]] = mode_rows[0] if mode == "realtime_comparison" else []
 
     rows: list[dict[str, Any]] = []
     has_more = False

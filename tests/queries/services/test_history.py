@@ -328,7 +328,9 @@ def test_pinned_query_counts_and_one_union_statement(django_assert_num_queries) 
         history.query_element_history(
             scope=scope, elements=elements, mode="analysis_comparison", run_id=BURST, **window
         )
-    with django_assert_num_queries(2), pytest.raises(AnalysisRunWithoutSeries):  # the elements, the run
+    # The elements, their devices and the run are read together (one round trip on the MCP driver), so a run
+    # without series is refused after three statements, not two.
+    with django_assert_num_queries(3), pytest.raises(AnalysisRunWithoutSeries):
         history.query_element_history(
             scope=scope, elements=elements, mode="analysis_comparison", run_id="whatif-20261101-1100", **window
         )
