@@ -425,8 +425,9 @@ def test_catalog_check_against_the_live_server(mcp_server: ServerProcess, handle
         f"{mcp_server.url}/mcp",
         "--token",
         token(scopes="mcp.catalog.read"),
-        "--context-handle",
-        handle(),
+        # ``=``: a handle is URL-safe base64 and may begin with "-", which argparse would take for an option
+        # (this test failed once in 64 runs that way).
+        f"--context-handle={handle()}",
         stdout=out,
     )
     assert "not_verified  harmless call" in out.getvalue()

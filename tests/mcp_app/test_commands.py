@@ -169,3 +169,13 @@ def test_catalog_check_url_takes_the_base_url_or_the_mcp_url() -> None:
                   "http://127.0.0.1:8000/mcp/"):  # fmt: skip
         assert mcp_endpoint(given) == "http://127.0.0.1:8000/mcp"
     assert mcp_endpoint("https://water.example/tjwater/") == "https://water.example/tjwater/mcp"
+
+
+def test_catalog_check_takes_a_handle_that_begins_with_a_dash_after_equals() -> None:
+    """A context handle is URL-safe base64: one in 64 begins with "-", which argparse reads as an option
+    unless written ``--context-handle=H`` (the form the command's help and mcp_app/README.md give)."""
+    from mcp_app.management.commands.mcp_catalog_check import Command
+
+    parser = Command().create_parser("manage.py", "mcp_catalog_check")
+    assert parser.parse_args(["--url", "http://x/mcp", "--context-handle=-Ab_9"]).context_handle == "-Ab_9"
+    assert "--context-handle=H" in parser.format_help().replace("\n", " ").replace("  ", " ")

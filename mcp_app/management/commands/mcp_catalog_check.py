@@ -8,7 +8,7 @@ an output schema built from its Pydantic model; known permission codes; limits w
 legacy command to a registry tool or an explicit "not offered" reason. Prints a table; exits 1 naming
 every problem.
 
-``--url URL (--token T | --client-credentials) [--project SLUG | --context-handle H] [--json]`` checks a
+``--url URL (--token T | --client-credentials) [--project SLUG | --context-handle=H] [--json]`` checks a
 running server (``mcp_app.readiness``): prints each check and then ``ready``; exits 0 when ready, 2 when
 not ready (unreachable, a dependency down — retry later) and 3 when misconfigured (a deployment fix).
 """
@@ -169,7 +169,10 @@ class Command(BaseCommand):
             "--client-credentials", action="store_true", help="get the token from the issuer (this service's client)"
         )
         parser.add_argument("--project", help="project to bind the short-lived context of the harmless call to")
-        parser.add_argument("--context-handle", help="use this context for the harmless call instead")
+        parser.add_argument(
+            "--context-handle",
+            help="use this context for the harmless call instead; write --context-handle=H (a handle may begin with -)",
+        )
         parser.add_argument("--json", action="store_true", help="machine-readable output (monitoring)")
 
     def handle(self, *args: Any, **options: Any) -> None:
