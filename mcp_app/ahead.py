@@ -53,7 +53,7 @@ class Ahead:
     Holds one of the process's tool slots from its making until ``close`` or until the call takes it
     over (``hand_over``)."""
 
-    __slots__ = ("db", "held", "scope", "plan", "first", "together", "execution", "rows", "holds_tool_slot")
+    __slots__ = ("db", "held", "scope", "plan", "first", "execution", "rows", "holds_tool_slot")
 
     def __init__(
         self,
@@ -62,15 +62,12 @@ class Ahead:
         scope: QueryScope,
         plan: Plan[Any],
         first: list[Compiled],
-        *,
-        together: bool,
     ) -> None:
         self.db = db
         self.held = held
         self.scope = scope
         self.plan = plan
-        self.first = first  # the first step's statements: one, or those of a ``Together``
-        self.together = together
+        self.first = first  # the first step's statements: one, or those of a ``Together`` (two or more)
         self.execution: Execution | None = None
         self.rows: Any = NOT_STARTED  # the first statement's rows, or the error it met
         self.holds_tool_slot = True
@@ -84,7 +81,7 @@ class Ahead:
         self.execution = execution = Execution(held.conn, self.db)
         try:
             rows, rest = await execution.run_ahead(resolution, self.first)
-            self.rows = rest if isinstance(rest, Exception) else tuple(rest) if self.together else rest[0]
+            self.rows = rest if isinstance(rest, Exception) else tuple(rest) if len(rest) > 1 else rest[0]
         finally:
             held.conn = execution.conn  # the replacement, if the first one was found broken
         return rows
@@ -141,7 +138,6 @@ async def plan_ahead(
         with budget:
             plan = spec.invoke(scope, args)
             step = next(plan)
-            together = isinstance(step, Together)
             first = [db.compiler.compile(s) for s in (step.statements if isinstance(step, Together) else (step,))]
     except Exception:  # noqa: BLE001 - the call builds its plan again after the resolution, and meets it there
         if plan is not None:
@@ -151,4 +147,4 @@ async def plan_ahead(
         plan.close()
         return None
     await db.take_tool_slot()  # free (checked above, nothing awaited since): returns at once
-    return Ahead(db, held, scope, plan, first, together=together)
+    return Ahead(db, held, scope, plan, first)
