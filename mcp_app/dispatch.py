@@ -56,7 +56,7 @@ from mcp_app.executor import Execution, run_plan
 from mcp_app.inline import as_returned, cut_summary, fit_inline, json_size
 from mcp_app.limits import ConcurrencyLimiter
 from mcp_app.pool import CallConnection, QueryDatabase
-from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, resolve_scope_async
+from mcp_app.resolver import RESOURCE_HANDLE_META_KEY, RESOURCE_HANDLE_MISSING, handle_key, resolve_scope_async
 from mcp_app.resources import (
     check_cursor,
     evidence_call_result,
@@ -157,10 +157,11 @@ class Dispatcher:
         rows = 0
         call_conn = self.db.call_connection()
         handle = args.get("context_handle")
+        key = handle_key(handle)  # hashed once: the hints and the resolution both look it up by it
         # The tenant's Redis slot is asked for while PostgreSQL resolves the context (one round trip off
         # the critical path), when an earlier call of this handle *with this token identity* named the
         # tenant (``TenantHints``).
-        early = self.tenants.early_acquire(self.limiter, handle, token) if self.db.tool_slot_free() else None
+        early = self.tenants.early_acquire(self.limiter, key, token) if self.db.tool_slot_free() else None
         budget = InlineBudget(None if entry.spec.item_parts else settings.TJWATER_MCP_INLINE_MAX_BYTES)
         # With the tenant's slot already held, the tool's first statement goes with the resolution (one
         # round trip; its rows are used only if the scope resolved now is the one it was built for).
@@ -168,13 +169,13 @@ class Dispatcher:
         try:
             try:
                 scope = await resolve_scope_async(
-                    token=token, handle=handle, fetch=call_conn.fetch if ahead is None else ahead.fetch
+                    token=token, handle=handle, fetch=call_conn.fetch if ahead is None else ahead.fetch, key=key
                 )
             except BaseException:
                 if early is not None:
                     await self._discard_slot(early)
                 raise
-            self.tenants.learn(handle, scope)
+            self.tenants.learn(key, scope)
             if ahead is not None and not ahead.serves(scope):
                 ahead.close()
                 ahead = None

@@ -47,21 +47,31 @@ def _row_sql() -> CompiledFactory:
     return _ROW_SQL
 
 
+def handle_key(handle: object) -> str | None:
+    """The SHA-256 a handle is stored and looked up by, or None for text that cannot be one of ours
+    (``context_handle_acceptable``) — worked out once per call: the tenant hints and the resolution both
+    use it (``mcp_app.dispatch``)."""
+    return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
+
+
 #: Runs one plan statement and returns its rows (``mcp_app.pool.QueryDatabase.fetch``).
 Fetch = Callable[[Any], Awaitable[Any]]
 
 
 @telemetry.traced("mcp.context.resolve")
 async def resolve_scope_async(
-    *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None
+    *, token: VerifiedToken, handle: object, fetch: Fetch, missing: str | None = None, key: str | None = None
 ) -> QueryScope:
     """``contexts.selectors.resolve_context`` on the event loop: the same statement (``context_row_query``,
     compiled once as a ``CompiledFactory``) run through the MCP driver, then the same checks (``check_context``);
     the row is re-read from PostgreSQL on every call, never cached (R-CTX-3). No handle →
     ``ProjectContextRequired`` (``missing`` is its message). Which tools the scope may call is decided by
-    the caller with ``contexts.access`` (one check per call)."""
+    the caller with ``contexts.access`` (one check per call). ``key``: the handle's ``handle_key``, when the
+    caller has it already."""
     value = _handle(handle, missing)
-    if not context_handle_acceptable(value):
-        raise ContextInvalid()
-    rows = await fetch(_row_sql().bind(hash_handle(value)))
+    if key is None:
+        if not context_handle_acceptable(value):
+            raise ContextInvalid()
+        key = hash_handle(value)
+    rows = await fetch(_row_sql().bind(key))
     return check_context(rows[0] if rows else None, token=token, now=timezone.now())

@@ -10,7 +10,6 @@ import asyncio
 from typing import Any
 
 from contexts.scope import QueryScope
-from contexts.selectors import context_handle_acceptable, hash_handle
 from contexts.tokens import VerifiedToken
 from mcp_app.limits import ConcurrencyLimiter
 
@@ -45,7 +44,8 @@ class TenantHints:
     whose resolution fails gives the early slot back (so a refused call holds a slot of its own tenant for
     one round trip at most), and one that resolves to another tenant gives it back and asks again. A
     handle's tenant never changes (a binding is immutable; only its validity does). Keyed by the handle's
-    SHA-256 (never the handle), at most ``MAX_HINTS`` entries, oldest out first.
+    SHA-256 (``mcp_app.resolver.handle_key``, never the handle; None for text that cannot be a handle: no
+    hint), at most ``MAX_HINTS`` entries, oldest out first.
 
     A hint is used only by a token of the identity it was learned from — (issuer, sub, azp), the three a
     binding is matched on (R-CTX-3). Anyone else presenting the handle (a leaked or guessed one) is
@@ -59,12 +59,7 @@ class TenantHints:
         # handle hash → (tenant, the token identity the handle resolved for, the scope it resolved to last)
         self._tenants: dict[str, tuple[tuple[int, int], tuple[str, str, str], QueryScope]] = {}
 
-    @staticmethod
-    def _key(handle: object) -> str | None:
-        return hash_handle(handle) if context_handle_acceptable(handle) else None  # type: ignore[arg-type]
-
-    def early_acquire(self, limiter: ConcurrencyLimiter, handle: object, token: VerifiedToken) -> EarlySlot | None:
-        key = self._key(handle)
+    def early_acquire(self, limiter: ConcurrencyLimiter, key: str | None, token: VerifiedToken) -> EarlySlot | None:
         hint = self._tenants.get(key) if key is not None else None
         if hint is None:
             return None
@@ -78,10 +73,9 @@ class TenantHints:
             return EarlySlot(tenant, done, scope)
         return EarlySlot(tenant, asyncio.ensure_future(limiter.acquire(*tenant)), scope)
 
-    def learn(self, handle: object, scope: QueryScope) -> None:
-        """Remember a handle that resolved: ``scope`` is what the resolution matched to the caller's
-        token (its issuer, subject and client are the token's)."""
-        key = self._key(handle)
+    def learn(self, key: str | None, scope: QueryScope) -> None:
+        """Remember a handle (by its ``key``) that resolved: ``scope`` is what the resolution matched to the
+        caller's token (its issuer, subject and client are the token's)."""
         if key is None:
             return
         known = self._tenants.get(key)

@@ -24,6 +24,7 @@ from contexts.selectors import hash_handle
 from contexts.tokens import VerifiedToken
 from mcp_app.dispatch import TenantHints
 from mcp_app.limits import ConcurrencyLimiter, slot_key
+from mcp_app.resolver import handle_key
 from tests.support.mcp_http import parse_rpc_response, rpc_body, rpc_headers
 from tests.support.net1 import PROJECT_SLUG, SUBJECT_PREFIX, E2EProject, token
 from tests.support.servers import ServerProcess
@@ -132,11 +133,11 @@ def _token(subject: str, client_id: str = "c", issuer: str = "https://issuer") -
 def test_the_hint_serves_only_the_token_identity_it_was_learned_from(test_redis: redis.Redis) -> None:
     hints = TenantHints()
     handle_text = "owner-handle-" + "x" * 30
-    hints.learn(handle_text, _scope("owner"))
+    hints.learn(handle_key(handle_text), _scope("owner"))
     limiter = ConcurrencyLimiter(settings.REDIS_URL, max_concurrent=4, lease_s=10)
 
     async def early(who: VerifiedToken) -> bool:
-        slot = hints.early_acquire(limiter, handle_text, who)
+        slot = hints.early_acquire(limiter, handle_key(handle_text), who)
         if slot is None:
             return False
         await limiter.release(await slot.task)
@@ -167,10 +168,10 @@ def test_hints_hold_hashes_only_and_are_bounded(handle: Callable[..., str]) -> N
     )
     handles = [f"handle-{i}-{'x' * 20}" for i in range(5)]
     for handle in handles:
-        hints.learn(handle, scope)
+        hints.learn(handle_key(handle), scope)
     stored = hints._tenants
     assert len(stored) == 3
     assert not any(handle in stored for handle in handles)  # never the handle itself
     assert hash_handle(handles[-1]) in stored and hash_handle(handles[0]) not in stored  # oldest out first
-    hints.learn("not ascii é", scope)  # no handle of ours: nothing learned
+    hints.learn(handle_key("not ascii é"), scope)  # no handle of ours: no key, nothing learned
     assert len(stored) == 3
