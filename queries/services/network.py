@@ -40,9 +40,11 @@ def _schema_fields(element_type: str) -> list[str]:
     return [p["name"] for p in NETWORK_SCHEMAS[element_type]["properties"]]
 
 
+@functools.cache
 def _units(kind: str) -> dict[str, str]:
     """Each property's quantity (``queries.units``; turned into the project's units on the way out), or
-    its schema unit when it is not a convertible quantity."""
+    its schema unit when it is not a convertible quantity. Worked out once per kind (``NETWORK_SCHEMAS``
+    and ``FIELD_QUANTITIES`` are constants); the result models copy it when they validate it."""
     quantities = FIELD_QUANTITIES.get(kind, {})
     return {
         p["name"]: quantities.get(p["name"], p["unit"])
