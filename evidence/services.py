@@ -6,12 +6,13 @@ allows evidence (``ToolSpec.evidence_allowed``):
 1. ``prepare`` — the application request key ``_meta["cn.tjwater/requestKey"]`` is required
    (``RequestKeyRequired``, answered -32602 by the MCP edge); the parameters are canonicalized (RFC 8785,
    without ``context_handle``) and hashed.
-2. ``claim`` (short, autocommit) — the run is still current and its lease valid
-   (``contexts.run_checks.require_run_current``), then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
-   receipt. The unique key (principal, project, session, task, run, request key) decides the one owner.
-   A duplicate finds the existing receipt: other tool/parameters → ``RequestKeyReused``; ``complete`` →
-   the saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over
-   by one ``UPDATE … WHERE state = …`` (one winner), ``pending`` → wait and look again.
+2. ``claim`` (ONE statement, autocommit, its commit not waiting for the WAL flush) — the run is still
+   current and its lease valid (the checks of ``contexts.run_checks.require_run_current``), and only then
+   ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending`` receipt. The unique key (principal, project,
+   session, task, run, request key) decides the one owner. A duplicate finds the existing receipt: other
+   tool/parameters → ``RequestKeyReused``; ``complete`` → the saved snapshot (no new query, no new
+   receipt); ``failed`` (or ``pending`` but stale) → taken over by one ``UPDATE … WHERE state = …`` (one
+   winner), ``pending`` → wait and look again.
 3. the query runs — the caller's ``execute`` — with no lock held by this module.
 4. ``complete`` (ONE statement: one round trip, its own transaction) — the run row is read ``FOR SHARE``
    and re-checked, the receipt marked ``complete`` (only by the claim's own attempt), the snapshot
@@ -48,7 +49,6 @@ from django.utils import timezone
 
 from contexts.errors import InvalidParameter, RunNotCurrent, RunSuperseded
 from contexts.models import TASK_PURPOSES, ContextPurpose, QueryContext, TaskRun
-from contexts.run_checks import require_run_current
 from contexts.scope import QueryScope
 from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
@@ -167,13 +167,47 @@ def _stale_cutoff(now: datetime) -> datetime:
     return now - timedelta(seconds=settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S)
 
 
+def _run_check(lock: str) -> str:
+    """The run check of a task binding, as a CTE ``run`` (one row, none when the binding names no run): the
+    checks of ``contexts.run_checks.require_run_current`` — the binding's purpose and task (``bound``), the
+    run not superseded, its lease held, unexpired, by the binding's session (``task_reader``: the parent
+    session). Shared by the claim and the save; ``lock`` is ``FOR SHARE OF r`` for the save."""
+    return f"""
+run AS (
+    SELECT r.id,
+           c.purpose IN ('{ContextPurpose.TASK_EXECUTION.value}', '{ContextPurpose.TASK_READER.value}')
+               AND r.task_id = c.task_id AS bound,
+           r.superseded_at IS NOT NULL AS superseded,
+           COALESCE(r.lease_holder <> '' AND r.lease_expires_at > now() AND r.lease_holder =
+               CASE WHEN c.purpose = '{ContextPurpose.TASK_EXECUTION.value}' THEN c.session_id
+                    ELSE c.parent_session_id END, false) AS leased
+    FROM {QueryContext._meta.db_table} c JOIN {TaskRun._meta.db_table} r ON r.id = c.run_id
+    WHERE c.id = %(context)s
+    {lock}
+)"""
+
+
+# The claim in ONE statement, one round trip, in its own (autocommit) transaction: the run check, then the
+# ``pending`` receipt inserted only while the run is current (``ON CONFLICT DO NOTHING``: the unique key
+# decides the one owner; a duplicate gets no row back). Its commit does not wait for the WAL flush
+# (``synchronous_commit`` off for this transaction only): a claim promises the caller nothing, and the save
+# that does — a later commit, synchronous — flushes the WAL up to and past the claim's record, so a saved
+# snapshot's receipt is always as durable as the snapshot; a claim lost in a crash before that is claimed
+# again by the retry. The row says which check failed, if any (as the save's), and the receipt taken.
 _CLAIM_SQL = f"""
-INSERT INTO {QueryReceipt._meta.db_table}
-    (principal_id, project_id, session_id, task_id, run_id, request_key, tool, params_hash, state, attempt,
-     created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 'pending', 1, now(), now())
-ON CONFLICT ON CONSTRAINT receipt_key_uniq DO NOTHING
-RETURNING id, attempt
+WITH {_run_check("")}, claimed AS (
+    INSERT INTO {QueryReceipt._meta.db_table}
+        (principal_id, project_id, session_id, task_id, run_id, request_key, tool, params_hash, state, attempt,
+         created_at, updated_at)
+    SELECT %(principal)s, %(project)s, %(session)s, %(task)s, %(run)s, %(key)s, %(tool)s, %(params_hash)s,
+           'pending', 1, now(), now()
+    FROM run WHERE run.bound AND NOT run.superseded AND run.leased
+    ON CONFLICT ON CONSTRAINT receipt_key_uniq DO NOTHING
+    RETURNING id, attempt
+)
+SELECT run.bound, run.superseded, run.leased, claimed.id, claimed.attempt
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+LEFT JOIN run ON true LEFT JOIN claimed ON true
 """
 
 _RETAKE_SQL = f"""
@@ -184,8 +218,8 @@ RETURNING attempt
 """
 
 
-# The save in ONE statement, one round trip, in its own (autocommit) transaction: the run check of
-# ``contexts.run_checks.require_run_current`` with the run row read FOR SHARE (a supersession — an UPDATE of
+# The save in ONE statement, one round trip, in its own (autocommit) transaction: the run check
+# (``_run_check``) with the run row read FOR SHARE (a supersession — an UPDATE of
 # that row — waits for this statement's commit, and one that committed first is seen: READ COMMITTED
 # re-checks a locked row's newest version), the receipt completed only while the run is current and this
 # claim's attempt still holds it, and the snapshot inserted only when the receipt was (its foreign key is
@@ -193,18 +227,7 @@ RETURNING attempt
 # failed, if any: no run row / not bound → RunNotCurrent, superseded → RunSuperseded, lease not held →
 # RunNotCurrent, run current but no snapshot → the claim was lost.
 _SAVE_SQL = f"""
-WITH run AS (
-    SELECT r.id,
-           c.purpose IN ('{ContextPurpose.TASK_EXECUTION.value}', '{ContextPurpose.TASK_READER.value}')
-               AND r.task_id = c.task_id AS bound,
-           r.superseded_at IS NOT NULL AS superseded,
-           COALESCE(r.lease_holder <> '' AND r.lease_expires_at > now() AND r.lease_holder =
-               CASE WHEN c.purpose = '{ContextPurpose.TASK_EXECUTION.value}' THEN c.session_id
-                    ELSE c.parent_session_id END, false) AS leased
-    FROM {QueryContext._meta.db_table} c JOIN {TaskRun._meta.db_table} r ON r.id = c.run_id
-    WHERE c.id = %(context)s
-    FOR SHARE OF r
-), receipt AS (
+WITH {_run_check("FOR SHARE OF r")}, receipt AS (
     UPDATE {QueryReceipt._meta.db_table}
     SET state = 'complete', snapshot_id = %(snapshot)s, updated_at = now()
     WHERE id = %(receipt)s AND attempt = %(attempt)s AND state = 'pending'
@@ -224,28 +247,60 @@ FROM (SELECT 1) AS one LEFT JOIN run ON true
 """
 
 
-def claim(call: EvidenceCall) -> Claim:
-    """Step 2 (autocommit, a few milliseconds): check the run, then take the receipt or find out who has
-    it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
+def claim_params(call: EvidenceCall) -> dict[str, Any]:
+    """The parameters of ``_CLAIM_SQL`` for ``call`` (``claim``; the bench's floor replays the same)."""
     scope = call.scope
-    require_run_current(context_id=call.context_id)
+    return {
+        "context": call.context_id,
+        "principal": scope.principal_id,
+        "project": scope.project_id,
+        "session": scope.session_id,
+        "task": call.task_id,
+        "run": call.run_id,
+        "key": call.request_key,
+        "tool": call.tool,
+        "params_hash": call.params_hash,
+    }
+
+
+def save_params(call: EvidenceCall, body: bytes, snapshot_id: uuid.UUID) -> dict[str, Any]:
+    """The parameters of ``_SAVE_SQL`` saving ``body`` (the result's RFC 8785 text) as snapshot
+    ``snapshot_id`` (``complete``; the bench's floor replays the same)."""
+    scope = call.scope
+    return {
+        "context": call.context_id,
+        "snapshot": snapshot_id,
+        "receipt": call.receipt_id,
+        "attempt": call.attempt,
+        "project": scope.project_id,
+        "task": call.task_id,
+        "run": call.run_id,
+        "principal": scope.principal_id,
+        "permissions": call.required_permissions,
+        "tool": call.tool,
+        "source": call.source,
+        "params": call.params_json,
+        "data": body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
+        "size": len(body),
+        "sha256": hashlib.sha256(body).hexdigest(),
+    }
+
+
+def claim(call: EvidenceCall) -> Claim:
+    """Step 2 (one statement, autocommit): check the run and take the receipt (``_CLAIM_SQL``), or find
+    out who has it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
+    scope = call.scope
     with connection.cursor() as cursor:
-        cursor.execute(
-            _CLAIM_SQL,
-            [
-                scope.principal_id,
-                scope.project_id,
-                scope.session_id,
-                call.task_id,
-                call.run_id,
-                call.request_key,
-                call.tool,
-                call.params_hash,
-            ],
-        )
-        row = cursor.fetchone()
-    if row is not None:
-        call.receipt_id, call.attempt = row
+        cursor.execute(_CLAIM_SQL, claim_params(call))
+        bound, superseded, leased, receipt_id, attempt = cursor.fetchone()
+    if not bound:
+        raise RunNotCurrent()
+    if superseded:
+        raise RunSuperseded()
+    if not leased:
+        raise RunNotCurrent()
+    if receipt_id is not None:
+        call.receipt_id, call.attempt = receipt_id, attempt
         return Claim("run")
     existing = (
         QueryReceipt.objects.filter(
@@ -312,26 +367,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
     scope = call.scope
     try:
         with connection.cursor() as cursor:
-            cursor.execute(
-                _SAVE_SQL,
-                {
-                    "context": call.context_id,
-                    "snapshot": snapshot_id,
-                    "receipt": call.receipt_id,
-                    "attempt": call.attempt,
-                    "project": scope.project_id,
-                    "task": call.task_id,
-                    "run": call.run_id,
-                    "principal": scope.principal_id,
-                    "permissions": call.required_permissions,
-                    "tool": call.tool,
-                    "source": call.source,
-                    "params": call.params_json,
-                    "data": body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
-                    "size": len(body),
-                    "sha256": hashlib.sha256(body).hexdigest(),
-                },
-            )
+            cursor.execute(_SAVE_SQL, save_params(call, body, snapshot_id))
             bound, superseded, leased, saved = cursor.fetchone()
         if not bound:
             raise RunNotCurrent()

@@ -670,18 +670,36 @@ def scenario_floor(
     scenario: Scenario, subject: str, args: dict[str, Any], conn: psycopg.Connection[Any], issuer: str
 ) -> dict[str, Any]:
     """The scenario's floor (``scripts/bench_floor.py``): its statements captured from one run of its
-    tool's plan, then timed with psycopg alone with the serialisation of the same answer. For a task
-    scenario the floor is the query's alone: a saving call's receipt and snapshot writes are not in it."""
+    tool's plan, then timed with psycopg alone with the serialisation of the same answer. For a call that
+    saves evidence the floor also claims its receipt and saves its snapshot (``bench_floor.EvidenceSteps``),
+    in the task context the bench bound."""
     from contexts.errors import ApplicationError
+    from contexts.models import QueryContext
     from scripts import bench_floor
 
     binding: dict[str, Any] = {}
+    writer = None
     if scenario.purpose == TASK_EXECUTION:
         task_id, run_id = demo_task_run(issuer)
-        binding = {"purpose": TASK_EXECUTION, "task_id": task_id, "run_id": run_id, "session_id": DEMO_SESSION}
+        context_id = (
+            QueryContext.objects.filter(
+                run_id=run_id, purpose=TASK_EXECUTION, session_id=DEMO_SESSION, revoked_at__isnull=True
+            )
+            .order_by("-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        binding = {
+            "purpose": TASK_EXECUTION,
+            "task_id": task_id,
+            "run_id": run_id,
+            "session_id": DEMO_SESSION,
+            "context_id": context_id,
+        }
+        writer = floor_writer()
     try:
         scope = bench_floor.scope_for(scenario.project, subject, issuer=issuer, **binding)
-        captured = bench_floor.capture(scenario.tool, scope, args)
+        captured = bench_floor.capture(scenario.tool, scope, args, writer)
     except ApplicationError as exc:  # reported in the row, never a silent zero
         return {"floor_ms": None, "floor_note": f"not measured: {exc.code}"}
     floor = bench_floor.measure(captured, conn, FLOOR_RUNS)
@@ -693,9 +711,21 @@ def scenario_floor(
         "floor_serialiser": floor.serialiser,
         "floor_runs": floor.runs,
     }
-    if scenario.purpose == TASK_EXECUTION and scenario.meta is not None:
-        out["floor_note"] = "query only (the receipt and snapshot writes are not in it)"
+    if captured.evidence is not None:
+        out["floor_note"] = "with the receipt claim and the snapshot save"
     return out
+
+
+_WRITER: list[psycopg.Connection[Any]] = []
+
+
+def floor_writer() -> psycopg.Connection[Any]:
+    """One writable connection for the evidence floors of the run (``bench_floor.connect_writer``)."""
+    from scripts import bench_floor
+
+    if not _WRITER:
+        _WRITER.append(bench_floor.connect_writer())
+    return _WRITER[0]
 
 
 async def cancellation_latency(url: str, token: str, handle: str, runs: int) -> list[float]:

@@ -10,6 +10,13 @@ connections prepare them, in the same round trips (statements a plan yields ``To
 pipeline, as the driver sends them) — and serialises the captured answer, ``runs`` times; the floor is the median
 of (statements + serialisation). No HTTP, no authentication, no context, no limiter, no Pydantic.
 
+A call that saves evidence (a task-purpose call, R-EVID) writes too: its receipt is claimed before the query
+and the snapshot saved after it, each in its own committed transaction. Its floor (``EvidenceSteps``) runs
+those statements as well — ``_CLAIM_SQL`` before the query, the RFC 8785 text of the
+result and ``_SAVE_SQL`` after it, with the product's own SQL and parameter builders
+(``evidence.services``), on a writable autocommit connection — with a fresh request key and snapshot id each
+run, as every call of the scenario has.
+
 Runs in the bench process (``scripts/bench.py``) against the bench database, with Django set up only
 to build the plan (the ORM compiles, it never executes here).
 """
@@ -20,6 +27,7 @@ import asyncio
 import json
 import statistics
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +49,45 @@ class Captured:
     #: How many of ``statements``, in order, the call sent in each round trip (a plan's ``Together`` is
     #: one pipeline, ``mcp_app.executor``); the floor sends them the same way.
     round_trips: list[int]
+    #: For a call that saves evidence: the writes around its query.
+    evidence: EvidenceSteps | None = None
+
+
+@dataclass
+class EvidenceSteps:
+    """What a call that saves evidence writes around its query (``evidence.services.run_with_evidence``):
+    ``prepare`` (the parameters' RFC 8785 text and hash), the claim (``_CLAIM_SQL``: the run check and the
+    receipt), and after the query the result's RFC 8785 text saved by ``_SAVE_SQL``. ``writer``: a writable
+    autocommit connection (each statement commits, as the call's do)."""
+
+    scope: Any
+    tool: Any
+    arguments: dict[str, Any]
+    data: dict[str, Any]  # the result as saved (without the evidence id and URI the reply adds)
+    writer: psycopg.Connection[Any]
+
+    def claim(self) -> Any:
+        from evidence.services import _CLAIM_SQL, REQUEST_KEY_META, claim_params, prepare
+
+        meta = {REQUEST_KEY_META: str(uuid.uuid4())}  # each call of the scenario has its own
+        call = prepare(scope=self.scope, tool=self.tool, arguments=self.arguments, meta=meta)
+        cursor = self.writer.cursor()
+        cursor.execute(_CLAIM_SQL, claim_params(call))
+        row = cursor.fetchone()
+        if row is None or row[3] is None:
+            raise RuntimeError(f"the evidence floor's receipt was not claimed: {row}")
+        call.receipt_id, call.attempt = row[3], row[4]
+        return call
+
+    def save(self, call: Any) -> None:
+        from evidence.services import _SAVE_SQL, canonical_json, save_params
+
+        body = canonical_json(self.data)
+        cursor = self.writer.cursor()
+        cursor.execute(_SAVE_SQL, save_params(call, body, uuid.uuid4()))
+        saved = cursor.fetchone()
+        if saved is None or saved[3] is None:
+            raise RuntimeError(f"the evidence floor's snapshot was not saved: {saved}")
 
 
 @dataclass
@@ -124,8 +171,11 @@ def scope_for(
     )
 
 
-def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
-    """Run ``tool`` once through the MCP driver; the statements it sent and its inline answer."""
+def capture(
+    tool: str, scope: Any, arguments: Mapping[str, Any], writer: psycopg.Connection[Any] | None = None
+) -> Captured:
+    """Run ``tool`` once through the MCP driver; the statements it sent and its inline answer — and, for a
+    call that saves evidence, its writes (``EvidenceSteps``, on ``writer``)."""
     from django.conf import settings
     from jsonschema import Draft202012Validator
     from referencing import Registry
@@ -171,7 +221,12 @@ def capture(tool: str, scope: Any, arguments: Mapping[str, Any]) -> Captured:
     )
     # A statement that cannot match (an empty IN list) sends no SQL: nothing to replay.
     statements, round_trips = compiled.round_trips()
-    return Captured(statements, structured, round_trips)
+    evidence = None
+    if saves_evidence(scope, spec):
+        if writer is None:
+            raise ValueError(f"{tool} saves evidence in this scope: its floor needs a writable connection")
+        evidence = EvidenceSteps(scope, spec, dict(arguments), structured, writer)
+    return Captured(statements, structured, round_trips, evidence)
 
 
 def connect() -> psycopg.Connection[Any]:
@@ -185,6 +240,16 @@ def connect() -> psycopg.Connection[Any]:
     conn = psycopg.connect(**_connection_kwargs(60_000, 5))
     register_query_loaders(conn, [TypeInfo.fetch(conn, name) for name in POSTGIS_TYPES])
     return conn
+
+
+def connect_writer() -> psycopg.Connection[Any]:
+    """A writable autocommit psycopg connection with the server's ``prepare_threshold`` (for the evidence
+    writes; ``connect`` gives a read-only one)."""
+    from mcp_app.pool import _connection_kwargs
+
+    params = _connection_kwargs(60_000, 5)
+    params["options"] = params["options"].replace("-c default_transaction_read_only=on ", "")
+    return psycopg.connect(**params)
 
 
 def fastest_serialiser(structured: dict[str, Any], rounds: int = 20) -> tuple[str, Callable[[Any], Any]]:
@@ -237,7 +302,10 @@ def measure(
         if len(totals) >= 5 and time.monotonic() > deadline:
             break
         started = time.perf_counter()
+        call = captured.evidence.claim() if captured.evidence is not None else None
         _replay(conn, cursors, captured)
+        if captured.evidence is not None:
+            captured.evidence.save(call)
         queried = time.perf_counter()
         dump(captured.structured)
         done = time.perf_counter()

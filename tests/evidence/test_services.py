@@ -17,14 +17,18 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from contexts.errors import RunSuperseded
+from contexts.errors import RunNotCurrent, RunSuperseded
 from contexts.models import TaskRun
 from contexts.scope import QueryScope
 from evidence.errors import EvidenceNotSaved, RequestKeyRequired, RequestKeyReused
 from evidence.models import EvidenceSnapshot, QueryReceipt
 from evidence.services import (
+    _CLAIM_SQL,
     REQUEST_KEY_META,
     canonical_json,
+    claim,
+    claim_params,
+    prepare,
     receipts_fail_stale,
     run_with_evidence,
 )
@@ -332,6 +336,65 @@ def test_a_run_superseded_while_a_slow_query_runs_gets_nothing_written(
     old = TaskRun.objects.get(pk=fresh.run.pk)
     assert old.superseded_at is not None and old.status == TaskRun.Status.SUPERSEDED  # not revived
     assert TaskRun.objects.filter(task=fresh.task, superseded_at__isnull=True).exclude(pk=old.pk).count() == 1
+
+
+@pytest.mark.parametrize("change", ["superseded", "lease lapsed", "lease held by another session", "none"])
+def test_the_claim_checks_the_run_and_takes_a_receipt_only_for_a_current_one(
+    change: str, fresh: Investigation, world: EvidenceWorld
+) -> None:
+    """The claim is one statement: the run checks of ``require_run_current`` and the receipt, taken only
+    when they pass — refused with the same errors, and nothing written."""
+    scope = world.bind("task_execution", investigation=fresh)
+    run = TaskRun.objects.filter(pk=fresh.run.pk)
+    if change == "superseded":
+        _supersede(fresh.run)
+    elif change == "lease lapsed":
+        run.update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    elif change == "lease held by another session":
+        run.update(lease_holder="evid-another-session")
+    call = prepare(
+        scope=scope, tool=tool_spec("get_element_properties"), arguments=ELEMENT, meta={REQUEST_KEY_META: change}
+    )
+    if change == "none":
+        assert claim(call).kind == "run" and call.receipt_id is not None and call.attempt == 1
+        assert [(r["state"], r["request_key"]) for r in receipts(fresh)] == [("pending", "none")]
+        return
+    with pytest.raises(RunSuperseded if change == "superseded" else RunNotCurrent):
+        claim(call)
+    assert receipts(fresh) == [] and call.receipt_id is None
+
+
+def test_the_claims_commit_is_asynchronous_for_its_own_transaction_only(
+    fresh: Investigation, world: EvidenceWorld
+) -> None:
+    """``synchronous_commit`` is off inside the claim's transaction (its commit does not wait for the WAL
+    flush) and as it was after it: the save on the same pooled connection commits synchronously."""
+    scope = world.bind("task_execution", investigation=fresh)
+
+    def setting() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW synchronous_commit")
+            return str(cursor.fetchone()[0])
+
+    with connection.cursor() as cursor:  # whatever the server's default: on for this session
+        cursor.execute("SET synchronous_commit = on")
+    session_value = setting()
+    assert session_value == "on"
+    call = prepare(
+        scope=scope, tool=tool_spec("get_element_properties"), arguments=ELEMENT, meta={REQUEST_KEY_META: "async"}
+    )
+    with transaction.atomic():  # the claim's statement, inside a transaction the test can look into
+        with connection.cursor() as cursor:
+            cursor.execute(_CLAIM_SQL, claim_params(call))
+        assert setting() == "off"
+        transaction.set_rollback(True)
+    assert setting() == session_value
+    try:
+        assert claim(call).kind == "run"
+        assert setting() == session_value
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")
 
 
 @pytest.fixture
