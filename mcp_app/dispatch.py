@@ -201,9 +201,11 @@ class Dispatcher:
                 # result is returned (an identical retry gets the saved snapshot, no new query).
                 await call_conn.release()  # the evidence step runs in worker threads: no connection held meanwhile
 
+                ran: list[BaseModel] = []  # the result as built, for the reply's summary (no re-validation)
+
                 async def execute() -> dict[str, Any]:
-                    ran = await self._run(call, entry, scope, args, session if progress else None)
-                    return ran.model_dump(mode="json")
+                    ran.append(await self._run(call, entry, scope, args, session if progress else None))
+                    return ran[-1].model_dump(mode="json")
 
                 saved = await run_with_evidence(
                     scope=scope,
@@ -213,7 +215,7 @@ class Dispatcher:
                     execute=execute,
                     required_permissions=needs,
                 )
-                reply = evidence_call_result(entry.spec, saved)
+                reply = evidence_call_result(entry.spec, saved, result=ran[-1] if ran else None)
                 rows = _row_count(reply.structured_content or {})
                 return reply
             max_bytes = settings.TJWATER_MCP_INLINE_MAX_BYTES

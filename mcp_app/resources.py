@@ -28,6 +28,7 @@ from django.conf import settings
 from django.db import connection
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from pydantic import BaseModel
 
 from contexts.scope import QueryScope
 from evidence import reads
@@ -192,16 +193,18 @@ def _continue(evidence_id: str, offset: int, remaining: int) -> dict[str, Any]:
 
 
 def evidence_call_result(
-    spec: ToolSpec, structured: dict[str, Any], *, max_bytes: int | None = None
+    spec: ToolSpec, structured: dict[str, Any], *, max_bytes: int | None = None, result: BaseModel | None = None
 ) -> types.CallToolResult:
     """The ``CallToolResult`` of a task call whose result was saved as evidence (R-PAGE-5): inline when
     the JSON fits ``max_bytes`` (``TJWATER_MCP_INLINE_MAX_BYTES``); otherwise a page result cut to fit
     (``truncated=true``, ``continue_with`` → ``get_task_evidence`` on the saved document), or — when
     nothing can be cut — a ``{code: RESULT_SAVED_AS_EVIDENCE, …}`` body (valid against every tool's
-    output schema) naming the evidence and the arguments to page it. Always with a ``resource_link``."""
+    output schema) naming the evidence and the arguments to page it. Always with a ``resource_link``.
+    ``result``: the model ``structured`` was dumped from, when the caller ran the query (a retry answered
+    from a saved snapshot has only the saved document, validated here for the summary)."""
     max_bytes = max_bytes or settings.TJWATER_MCP_INLINE_MAX_BYTES
     evidence_id = structured["evidence_id"]
-    summary = spec.summarize(spec.output_model.model_validate(structured))
+    summary = spec.summarize(result if result is not None else spec.output_model.model_validate(structured))
     link = _link(structured)
     if inline.json_size(structured) <= max_bytes:
         text = f"{summary} Saved as evidence {evidence_id}."

@@ -13,6 +13,7 @@ import anyio
 import pytest
 from jsonschema import Draft202012Validator
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from contexts.scope import QueryScope
 from evidence.services import REQUEST_KEY_META
@@ -145,17 +146,30 @@ def _validates(tool: str, structured: dict[str, Any]) -> None:
     Draft202012Validator(tools_by_name()[tool].output_schema).validate(structured)
 
 
+def _building(spec: Any, scope: QueryScope, args: dict[str, Any], built: list[BaseModel]) -> Any:
+    """The caller's ``execute``, keeping the result model it built (what the MCP edge passes on)."""
+
+    def execute() -> dict[str, Any]:
+        built.append(run_sync(spec.invoke(scope, args)))
+        return built[-1].model_dump(mode="json")
+
+    return execute
+
+
 def test_a_small_saved_result_is_inline_with_a_resource_link(executor: QueryScope) -> None:
     args = {"context_handle": HANDLE, "element_type": "junction", "element_id": "JUNCTION-0"}
     spec = tools_by_name()["get_element_properties"]
+    built: list[BaseModel] = []
     structured = run_evidence_call(
         scope=executor,
         tool=tool_spec(spec.name),
         arguments=args,
         meta={REQUEST_KEY_META: uuid.uuid4().hex},
-        execute=lambda: run_sync(spec.invoke(executor, args)).model_dump(mode="json"),
+        execute=_building(spec, executor, args, built),
     )
     result = evidence_call_result(spec, structured)
+    # The edge passes the model it built: the same reply as from the saved document alone.
+    assert evidence_call_result(spec, structured, result=built[0]) == result
     assert result.structured_content == structured and result.is_error is False
     text, link = result.content
     assert link.type == "resource_link" and link.uri == structured["evidence_uri"]
@@ -166,14 +180,16 @@ def test_a_small_saved_result_is_inline_with_a_resource_link(executor: QueryScop
 def test_a_large_saved_page_is_cut_to_fit_and_continues_from_the_evidence(executor: QueryScope) -> None:
     args = {"context_handle": HANDLE, "element_type": "junction", "limit": 500, "offset": 0}
     spec = tools_by_name()["list_elements"]
+    built: list[BaseModel] = []
     structured = run_evidence_call(
         scope=executor,
         tool=tool_spec(spec.name),
         arguments=args,
         meta={REQUEST_KEY_META: uuid.uuid4().hex},
-        execute=lambda: run_sync(spec.invoke(executor, args)).model_dump(mode="json"),
+        execute=_building(spec, executor, args, built),
     )
     result = evidence_call_result(spec, structured)
+    assert evidence_call_result(spec, structured, result=built[0]) == result
     cut = result.structured_content
     assert len(json.dumps(cut, separators=(",", ":"), ensure_ascii=False).encode()) <= 12000
     assert cut["truncated"] is True and 0 < len(cut["data"]["items"]) < 500
