@@ -20,8 +20,9 @@ and errors are counted. Results: ``var/bench/results.json`` and a Markdown table
 Two scenarios run in a ``task_execution`` context for the demo task's current run (session
 ``session-demo-1``, execution request ``exec-demo-1``, as seeded): the evidence save (each call carries a
 fresh ``_meta["cn.tjwater/requestKey"]``, so it claims a receipt, runs the query and saves a snapshot before
-it answers; the answer must name its evidence) and the max evidence page (``get_task_evidence`` reading
-500 items, its maximum page, of a 500-item snapshot saved just before).
+it answers; the answer must name its evidence — its floor claims and saves too,
+``bench_floor.EvidenceSteps``) and the max evidence page (``get_task_evidence`` reading 500 items, its maximum
+page, of a 500-item snapshot saved just before).
 
 The cancellation probe needs a statement that runs long enough to be seen: the server runs with
 ``scripts.bench_settings`` (production settings plus the test-only ``test_slow_query`` tool — nothing

@@ -225,7 +225,10 @@ def capture(
     if saves_evidence(scope, spec):
         if writer is None:
             raise ValueError(f"{tool} saves evidence in this scope: its floor needs a writable connection")
-        evidence = EvidenceSteps(scope, spec, dict(arguments), structured, writer)
+        from evidence.services import ADDED_KEYS
+
+        saved = {k: v for k, v in structured.items() if k not in ADDED_KEYS}  # as ``complete`` saves it
+        evidence = EvidenceSteps(scope, spec, dict(arguments), saved, writer)
     return Captured(statements, structured, round_trips, evidence)
 
 
