@@ -286,6 +286,18 @@ def save_params(call: EvidenceCall, body: bytes, snapshot_id: uuid.UUID) -> dict
     }
 
 
+def _require_run(bound: bool | None, superseded: bool | None, leased: bool | None) -> None:
+    """The verdict of ``_run_check``'s row, as ``require_run_current`` gives it: no run row or not this
+    binding's (``None`` / false ``bound``) → ``RunNotCurrent``, superseded → ``RunSuperseded``, the lease
+    not held → ``RunNotCurrent``."""
+    if not bound:
+        raise RunNotCurrent()
+    if superseded:
+        raise RunSuperseded()
+    if not leased:
+        raise RunNotCurrent()
+
+
 def claim(call: EvidenceCall) -> Claim:
     """Step 2 (one statement, autocommit): check the run and take the receipt (``_CLAIM_SQL``), or find
     out who has it. Raises ``RunSuperseded`` / ``RunNotCurrent`` / ``RequestKeyReused``."""
@@ -293,12 +305,7 @@ def claim(call: EvidenceCall) -> Claim:
     with connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, claim_params(call))
         bound, superseded, leased, receipt_id, attempt = cursor.fetchone()
-    if not bound:
-        raise RunNotCurrent()
-    if superseded:
-        raise RunSuperseded()
-    if not leased:
-        raise RunNotCurrent()
+    _require_run(bound, superseded, leased)
     if receipt_id is not None:
         call.receipt_id, call.attempt = receipt_id, attempt
         return Claim("run")
@@ -369,12 +376,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
         with connection.cursor() as cursor:
             cursor.execute(_SAVE_SQL, save_params(call, body, snapshot_id))
             bound, superseded, leased, saved = cursor.fetchone()
-        if not bound:
-            raise RunNotCurrent()
-        if superseded:
-            raise RunSuperseded()
-        if not leased:
-            raise RunNotCurrent()
+        _require_run(bound, superseded, leased)
         if saved is None:
             # The receipt was failed as stale and maybe taken over meanwhile: this attempt lost it.
             raise _ReceiptLost
