@@ -225,10 +225,9 @@ async def _serve_one(
     """The SDK's ``serve_one``: its kernel (``ServerRunner.on_request``) serves the request, then the
     per-request connection's ``exit_stack`` is unwound by the SDK's ``aclose_shielded`` — only when a
     handler put something on it. ``serve_one`` always enters a shielded, bounded cancel scope for that
-    (≈ 7 µs and a timer a call; ≈ 3 % of a call's CPU at c=8 in the profile, ``mcp_app/README.md``
-    "Measuring", thirteenth session), and no handler of this server registers per-connection cleanup. Where
-    the stack's contents cannot be seen (``_exit_callbacks`` is CPython's ``contextlib``), it is always
-    unwound."""
+    (measured: ``mcp_app/README.md`` "Measuring", thirteenth session), and no handler of this server
+    registers per-connection cleanup. Where the stack's contents cannot be seen (``_exit_callbacks`` is
+    CPython's ``contextlib``), it is always unwound."""
     runner = ServerRunner(server, connection, lifespan_state)
     try:
         return await runner.on_request(dctx, method, params)
