@@ -1,18 +1,17 @@
 """The task-run checks of a binding (SPEC §8, R-CTX-3, R-EVID-3): which task fields each purpose names,
-the task and its current run with the lease held, the pinned report revision — and, for a bound
-context on its own, ``require_run_current`` (the evidence step's check). Reads only; the writes are in
-``contexts.services``.
+the task and its current run with the lease held, the pinned report revision. Reads only; the writes are
+in ``contexts.services``. (A bound context's run is re-checked on every call by
+``contexts.selectors.check_context``, and by the evidence claim and save in SQL:
+``evidence.services._run_check``.)
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django.utils import timezone
-
 from contexts import access
-from contexts.errors import InvalidParameter, NotFound, RunNotCurrent, RunSuperseded
-from contexts.models import TASK_PURPOSES, ContextPurpose, ExecutionRequest, QueryContext, Task, TaskReport, TaskRun
+from contexts.errors import InvalidParameter, NotFound, RunNotCurrent
+from contexts.models import ContextPurpose, ExecutionRequest, Task, TaskReport, TaskRun
 
 
 def pinned_revision(task: Task, report_revision: int | None) -> int | None:
@@ -116,32 +115,3 @@ def _lease_held(run: TaskRun, session: str, now: datetime) -> bool:
         and run.lease_expires_at is not None
         and (run.lease_expires_at > now)
     )
-
-
-def require_run_current(*, context_id: int, now: datetime | None = None, lock: bool = False) -> TaskRun:
-    """R-CTX-3 / R-EVID-3 for one task context by itself: its run is still the current run of its task
-    and the lease is held, unexpired, by the binding's session (``task_reader``: the parent session) —
-    the run checks of ``resolve_context``, in one query. With ``lock`` (inside the caller's transaction)
-    the run row is read ``FOR SHARE``: a supersession (an UPDATE of that row) waits until the caller
-    commits, so what the caller writes in that transaction was written while the run was current.
-    Raises ``RunSuperseded`` when the run was superseded, ``RunNotCurrent`` otherwise."""
-    run_table, context_table = TaskRun._meta.db_table, QueryContext._meta.db_table
-    sql = (
-        f"SELECT r.*, c.purpose AS binding_purpose, c.session_id AS binding_session, "
-        f"c.parent_session_id AS binding_parent_session, c.task_id AS binding_task_id "
-        f"FROM {context_table} c JOIN {run_table} r ON r.id = c.run_id WHERE c.id = %s"
-    ) + (" FOR SHARE OF r" if lock else "")
-    run = next(iter(TaskRun.objects.raw(sql, [context_id])), None)
-    binding = vars(run) if run is not None else {}  # the binding's columns the raw query adds to the run
-    if run is None or binding["binding_purpose"] not in TASK_PURPOSES or run.task_id != binding["binding_task_id"]:
-        raise RunNotCurrent()
-    if run.superseded_at is not None:
-        raise RunSuperseded()
-    lease_session = (
-        binding["binding_session"]
-        if binding["binding_purpose"] == ContextPurpose.TASK_EXECUTION
-        else binding["binding_parent_session"]
-    )
-    if not _lease_held(run, lease_session, now or timezone.now()):
-        raise RunNotCurrent()
-    return run

@@ -7,12 +7,12 @@ allows evidence (``ToolSpec.evidence_allowed``):
    (``RequestKeyRequired``, answered -32602 by the MCP edge); the parameters are canonicalized (RFC 8785,
    without ``context_handle``) and hashed.
 2. ``claim`` (ONE statement, autocommit, its commit not waiting for the WAL flush) — the run is still
-   current and its lease valid (the checks of ``contexts.run_checks.require_run_current``), and only then
-   ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending`` receipt. The unique key (principal, project,
-   session, task, run, request key) decides the one owner. A duplicate finds the existing receipt: other
-   tool/parameters → ``RequestKeyReused``; ``complete`` → the saved snapshot (no new query, no new
-   receipt); ``failed`` (or ``pending`` but stale) → taken over by one ``UPDATE … WHERE state = …`` (one
-   winner), ``pending`` → wait and look again.
+   current and its lease valid (the run checks of every call's resolution,
+   ``contexts.selectors.check_context``), and only then ``INSERT … ON CONFLICT DO NOTHING`` of a ``pending``
+   receipt. The unique key (principal, project, session, task, run, request key) decides the one owner. A
+   duplicate finds the existing receipt: other tool/parameters → ``RequestKeyReused``; ``complete`` → the
+   saved snapshot (no new query, no new receipt); ``failed`` (or ``pending`` but stale) → taken over by one
+   ``UPDATE … WHERE state = …`` (one winner), ``pending`` → wait and look again.
 3. the query runs — the caller's ``execute`` — with no lock held by this module.
 4. ``complete`` (ONE statement: one round trip, its own transaction) — the run row is read ``FOR SHARE``
    and re-checked, the receipt marked ``complete`` (only by the claim's own attempt), the snapshot
@@ -167,11 +167,11 @@ def _stale_cutoff(now: datetime) -> datetime:
     return now - timedelta(seconds=settings.TJWATER_MCP_QUERY_BUDGET_S + STALE_GRACE_S)
 
 
-def _run_check(lock: str) -> str:
+def _run_check(*, lock: bool) -> str:
     """The run check of a task binding, as a CTE ``run`` (one row, none when the binding names no run): the
-    checks of ``contexts.run_checks.require_run_current`` — the binding's purpose and task (``bound``), the
+    run checks of ``contexts.selectors.check_context`` — the binding's purpose and task (``bound``), the
     run not superseded, its lease held, unexpired, by the binding's session (``task_reader``: the parent
-    session). Shared by the claim and the save; ``lock`` is ``FOR SHARE OF r`` for the save."""
+    session). Shared by the claim and the save; ``lock`` (the save) reads the run row ``FOR SHARE``."""
     return f"""
 run AS (
     SELECT r.id,
@@ -183,7 +183,7 @@ run AS (
                     ELSE c.parent_session_id END, false) AS leased
     FROM {QueryContext._meta.db_table} c JOIN {TaskRun._meta.db_table} r ON r.id = c.run_id
     WHERE c.id = %(context)s
-    {lock}
+    {"FOR SHARE OF r" if lock else ""}
 )"""
 
 
@@ -195,7 +195,7 @@ run AS (
 # snapshot's receipt is always as durable as the snapshot; a claim lost in a crash before that is claimed
 # again by the retry. The row says which check failed, if any (as the save's), and the receipt taken.
 _CLAIM_SQL = f"""
-WITH {_run_check("")}, claimed AS (
+WITH {_run_check(lock=False)}, claimed AS (
     INSERT INTO {QueryReceipt._meta.db_table}
         (principal_id, project_id, session_id, task_id, run_id, request_key, tool, params_hash, state, attempt,
          created_at, updated_at)
@@ -227,7 +227,7 @@ RETURNING attempt
 # failed, if any: no run row / not bound → RunNotCurrent, superseded → RunSuperseded, lease not held →
 # RunNotCurrent, run current but no snapshot → the claim was lost.
 _SAVE_SQL = f"""
-WITH {_run_check("FOR SHARE OF r")}, receipt AS (
+WITH {_run_check(lock=True)}, receipt AS (
     UPDATE {QueryReceipt._meta.db_table}
     SET state = 'complete', snapshot_id = %(snapshot)s, updated_at = now()
     WHERE id = %(receipt)s AND attempt = %(attempt)s AND state = 'pending'
@@ -245,6 +245,11 @@ WITH {_run_check("FOR SHARE OF r")}, receipt AS (
 SELECT run.bound, run.superseded, run.leased, (SELECT id FROM snapshot)
 FROM (SELECT 1) AS one LEFT JOIN run ON true
 """
+
+
+def saved_document(structured: Mapping[str, Any]) -> dict[str, Any]:
+    """What a snapshot saves of a call's result: all of it but the keys the reply adds (``ADDED_KEYS``)."""
+    return {k: v for k, v in structured.items() if k not in ADDED_KEYS}
 
 
 def claim_params(call: EvidenceCall) -> dict[str, Any]:
@@ -287,7 +292,7 @@ def save_params(call: EvidenceCall, body: bytes, snapshot_id: uuid.UUID) -> dict
 
 
 def _require_run(bound: bool | None, superseded: bool | None, leased: bool | None) -> None:
-    """The verdict of ``_run_check``'s row, as ``require_run_current`` gives it: no run row or not this
+    """The verdict of ``_run_check``'s row, as ``check_context`` gives it: no run row or not this
     binding's (``None`` / false ``bound``) → ``RunNotCurrent``, superseded → ``RunSuperseded``, the lease
     not held → ``RunNotCurrent``."""
     if not bound:
@@ -368,7 +373,7 @@ def complete(call: EvidenceCall, structured: Mapping[str, Any]) -> dict[str, Any
     return). The result is canonicalized once (RFC 8785): the text is hashed and stored as it is."""
     if connection.in_atomic_block:
         raise RuntimeError("evidence must be saved in its own transaction, not inside the caller's")
-    data = {k: v for k, v in structured.items() if k not in ADDED_KEYS}
+    data = saved_document(structured)
     body = canonical_json(data)  # before the statement: no lock is held while hashing
     snapshot_id = uuid.uuid4()
     scope = call.scope

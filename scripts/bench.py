@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
@@ -717,16 +718,12 @@ def scenario_floor(
     return out
 
 
-_WRITER: list[psycopg.Connection[Any]] = []
-
-
+@functools.cache
 def floor_writer() -> psycopg.Connection[Any]:
     """One writable connection for the evidence floors of the run (``bench_floor.connect_writer``)."""
     from scripts import bench_floor
 
-    if not _WRITER:
-        _WRITER.append(bench_floor.connect_writer())
-    return _WRITER[0]
+    return bench_floor.connect_writer()
 
 
 async def cancellation_latency(url: str, token: str, handle: str, runs: int) -> list[float]:

@@ -29,7 +29,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -63,17 +63,20 @@ class EvidenceSteps:
     scope: Any
     tool: Any
     arguments: dict[str, Any]
-    data: dict[str, Any]  # the result as saved (without the evidence id and URI the reply adds)
+    data: dict[str, Any]  # the result as saved (``evidence.services.saved_document``)
     writer: psycopg.Connection[Any]
+    cursor: psycopg.Cursor[Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cursor = self.writer.cursor()  # one for every run, as the server keeps one per connection
 
     def claim(self) -> Any:
         from evidence.services import _CLAIM_SQL, REQUEST_KEY_META, claim_params, prepare
 
         meta = {REQUEST_KEY_META: str(uuid.uuid4())}  # each call of the scenario has its own
         call = prepare(scope=self.scope, tool=self.tool, arguments=self.arguments, meta=meta)
-        cursor = self.writer.cursor()
-        cursor.execute(_CLAIM_SQL, claim_params(call))
-        row = cursor.fetchone()
+        self.cursor.execute(_CLAIM_SQL, claim_params(call))
+        row = self.cursor.fetchone()
         if row is None or row[3] is None:
             raise RuntimeError(f"the evidence floor's receipt was not claimed: {row}")
         call.receipt_id, call.attempt = row[3], row[4]
@@ -83,9 +86,8 @@ class EvidenceSteps:
         from evidence.services import _SAVE_SQL, canonical_json, save_params
 
         body = canonical_json(self.data)
-        cursor = self.writer.cursor()
-        cursor.execute(_SAVE_SQL, save_params(call, body, uuid.uuid4()))
-        saved = cursor.fetchone()
+        self.cursor.execute(_SAVE_SQL, save_params(call, body, uuid.uuid4()))
+        saved = self.cursor.fetchone()
         if saved is None or saved[3] is None:
             raise RuntimeError(f"the evidence floor's snapshot was not saved: {saved}")
 
@@ -225,10 +227,9 @@ def capture(
     if saves_evidence(scope, spec):
         if writer is None:
             raise ValueError(f"{tool} saves evidence in this scope: its floor needs a writable connection")
-        from evidence.services import ADDED_KEYS
+        from evidence.services import saved_document
 
-        saved = {k: v for k, v in structured.items() if k not in ADDED_KEYS}  # as ``complete`` saves it
-        evidence = EvidenceSteps(scope, spec, dict(arguments), saved, writer)
+        evidence = EvidenceSteps(scope, spec, dict(arguments), saved_document(structured), writer)
     return Captured(statements, structured, round_trips, evidence)
 
 

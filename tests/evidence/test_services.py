@@ -342,7 +342,7 @@ def test_a_run_superseded_while_a_slow_query_runs_gets_nothing_written(
 def test_the_claim_checks_the_run_and_takes_a_receipt_only_for_a_current_one(
     change: str, fresh: Investigation, world: EvidenceWorld
 ) -> None:
-    """The claim is one statement: the run checks of ``require_run_current`` and the receipt, taken only
+    """The claim is one statement: the run checks of ``check_context`` and the receipt, taken only
     when they pass — refused with the same errors, and nothing written."""
     scope = world.bind("task_execution", investigation=fresh)
     run = TaskRun.objects.filter(pk=fresh.run.pk)

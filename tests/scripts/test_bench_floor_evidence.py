@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from evidence.models import EvidenceSnapshot, QueryReceipt
-from evidence.services import ADDED_KEYS, canonical_json
+from evidence.services import canonical_json, saved_document
 from scripts import bench_floor
 from tests.evidence.factories import EvidenceWorld, evidence_world
 
@@ -38,7 +38,7 @@ def test_the_floor_of_a_saving_call_claims_and_saves_on_every_run(world: Evidenc
     assert len(receipts) == 4  # the warm-up and the three runs: a fresh request key each
     assert len({r["request_key"] for r in receipts}) == 4
     assert all(r["state"] == QueryReceipt.State.COMPLETE and r["snapshot_id"] for r in receipts)
-    saved = {k: v for k, v in captured.structured.items() if k not in ADDED_KEYS}
+    saved = saved_document(captured.structured)
     snapshots = EvidenceSnapshot.objects.filter(task=inv.task, run=inv.run)
     assert sorted(str(s.pk) for s in snapshots) == sorted(str(r["snapshot_id"]) for r in receipts)
     assert all(canonical_json(s.data) == canonical_json(saved) for s in snapshots)
