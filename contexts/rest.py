@@ -90,6 +90,7 @@ def member_scope(*, token: VerifiedToken, project_slug: str) -> QueryScope:
             "permissions",
             "project__slug",
             "project__unit_system",
+            "project__timezone",
             "project__quality_type",
             "project__headloss_formula",
         )
@@ -107,6 +108,7 @@ def member_scope(*, token: VerifiedToken, project_slug: str) -> QueryScope:
         permissions=frozenset(membership.permissions),
         purpose=REST_PURPOSE,
         unit_system=membership.project.unit_system,
+        timezone=membership.project.timezone or "UTC",
         quality_type=membership.project.quality_type,
         headloss_formula=membership.project.headloss_formula,
     )

@@ -29,6 +29,8 @@ class QueryScope:
     # The project's unit system and the network facts that decide what its numbers are in (read with the
     # binding; ``queries.units.present`` converts results with them).
     unit_system: str = "SI"
+    # The project's IANA time zone (read in the same statement): series windows count its local hours.
+    timezone: str = "UTC"
     quality_type: str = ""
     headloss_formula: str = "H-W"
 

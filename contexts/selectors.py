@@ -70,6 +70,7 @@ CONTEXT_ROW_FIELDS: tuple[str, ...] = (
     "revoked_at",
     # issue 20: what the project's results are shown in (QueryScope.unit_system …)
     "project__unit_system",
+    "project__timezone",
     "project__quality_type",
     "project__headloss_formula",
 )
@@ -103,6 +104,7 @@ class ContextRow(TypedDict):
     expires_at: datetime
     revoked_at: datetime | None
     project__unit_system: str
+    project__timezone: str
     project__quality_type: str
     project__headloss_formula: str
 
@@ -182,6 +184,7 @@ def check_context(row: ContextRow | None, *, token: VerifiedToken, now: datetime
         execution_request_id=row["execution_request_id"],
         allowed_tools=frozenset(allowed_tools),
         unit_system=str(row["project__unit_system"]),
+        timezone=str(row["project__timezone"] or "UTC"),
         quality_type=str(row["project__quality_type"]),
         headloss_formula=str(row["project__headloss_formula"]),
     )

@@ -73,10 +73,14 @@ class Page(BaseModel, Generic[ItemT]):
 
 
 class TimeWindow(BaseModel):
-    """The time range a result covers (timezone-aware)."""
+    """The time range a result covers (timezone-aware; UTC on the wire). ``timezone``: the project's IANA
+    zone when the window is read in its local time (series, history, rankings: the 24 h cap counts its
+    local hours, ``queries.services.windows``); ``None`` for results whose window is not local, and then
+    left out of the answer so those results stay as they were."""
 
     start: datetime
     end: datetime
+    timezone: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class DataGap(BaseModel):

@@ -10,7 +10,7 @@ so an empty answer never reads as "the scenario changed nothing". Legacy feature
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.postgres.aggregates import ArrayAgg
@@ -49,13 +49,14 @@ from queries.schemas.analysis import (
     ResultTypeCount,
     SeriesPoint,
 )
-from queries.schemas.common import DataGap, PageRequest, TimeWindow, check_series_bytes
+from queries.schemas.common import DataGap, PageRequest, check_series_bytes
+from queries.services.windows import MAX_LOCAL_WINDOW, local_window
 from queries.units import Q_FLOW, Q_HEAD, Q_HEADLOSS, Q_PRESSURE, Q_UNIT_HEADLOSS, Q_VELOCITY
 
 SOURCE = "analysis_runs"
 _LEAST_VALUE_BYTES = least_json_bytes(model_skeleton(ElementValue))  # one value's fewest bytes (queries.fitting)
 MAX_RUN_PAGE = 100  # R-PAGE-1: analysis runs page at most 100
-MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
+MAX_WINDOW = MAX_LOCAL_WINDOW  # R-PAGE-2: 24 *local* hours of the project's zone (queries.services.windows)
 MAX_POINTS = 10000  # R-PAGE-2
 NODE_FIELDS = ("pressure", "head", "demand", "quality", "leak_demand")
 LINK_FIELDS = ("flow", "velocity", "headloss", "status", "setting")
@@ -277,13 +278,8 @@ def list_analysis_results(
     )
 
 
-def _check_window(start: datetime, end: datetime) -> None:
-    if start.tzinfo is None or end.tzinfo is None:
-        raise InvalidParameter("start and end must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
-    if end <= start:
-        raise InvalidParameter("end must be after start.")
-    if end - start > MAX_WINDOW:
-        raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
+def _check_window(start: datetime, end: datetime, timezone: str) -> None:
+    local_window(start, end, timezone=timezone)  # ≤ 24 local hours of the project's zone (R-PAGE-2)
 
 
 @statement_factory(static=2)
@@ -321,7 +317,7 @@ def query_analysis_series(
     """One field of one element over ``[start, end)`` as the run computed it (two queries: the run with
     the element's existence and the run's series span, then the points)."""
     model = _check_field(element_type, field)
-    _check_window(start, end)
+    _check_window(start, end, scope.timezone)
     runs = yield _run_for_series(model, element_type, scope.project_id, run_id, element_id)
     if not runs:
         raise NotFound("No analysis run with that id in this project.")
@@ -348,7 +344,7 @@ def query_analysis_series(
             field=field,
             points=points,
         ),
-        window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
+        window=local_window(start, end, timezone=scope.timezone),
         units=_units(element_type, field),
         data_gaps=gaps,
     )

@@ -211,7 +211,7 @@ def query_model_baseline_series(
     """
     names = _check_fields(element_type, fields)
     ids = check_targets(element_ids, "element id")
-    window = time_window(start, end)
+    window = time_window(start, end, timezone=scope.timezone)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
     # The elements and their spans need nothing from each other: one round trip on the MCP driver.
     known, spans = yield Together(

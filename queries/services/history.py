@@ -48,13 +48,14 @@ from queries.models import (
 from queries.paging import budgeted_rows
 from queries.plan import Plan, Raw, Statement, Together, service
 from queries.scada_units import STORAGE_UNITS
-from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, TimeWindow, check_series_bytes
+from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, check_series_bytes
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
 from queries.services.analysis import require_series, run_with_span
+from queries.services.windows import MAX_LOCAL_WINDOW, local_window
 
 SOURCE = "element_history"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
-MAX_WINDOW = timedelta(hours=24)  # R-PAGE-2
+MAX_WINDOW = MAX_LOCAL_WINDOW  # R-PAGE-2: 24 *local* hours of the project's zone (queries.services.windows)
 MAX_DEVICES = 100  # devices on the requested elements (a handful each at most, in practice)
 _LEAST_POINT_BYTES = least_json_bytes(model_skeleton(HistoryPoint))  # one point's fewest bytes (queries.fitting)
 DEFAULT_POINTS = 50
@@ -165,12 +166,7 @@ def _validate(
     for k in elements:
         if k.element_type not in ELEMENT_MODELS:
             raise InvalidParameter(f"element_type must be one of {', '.join(ELEMENT_MODELS)}.")
-    if start.tzinfo is None or end.tzinfo is None:
-        raise InvalidParameter("start and end must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
-    if end <= start:
-        raise InvalidParameter("end must be after start.")
-    if end - start > MAX_WINDOW:
-        raise LimitExceeded("The window may span at most 24 hours; narrow start/end.")
+    local_window(start, end, timezone=scope.timezone)  # ≤ 24 local hours of the project's zone (R-PAGE-2)
 
 
 def _existing_sql() -> str:
@@ -443,7 +439,7 @@ def query_element_history(
         queried_at=datetime.now(UTC),
         origin="measured",
         data=data,
-        window=TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC)),
+        window=local_window(start, end, timezone=scope.timezone),
         units={f: UNITS[f] for f in sorted(fields) if f in UNITS},
         page=PageInfo(total=None, limit=page.limit, offset=page.offset, has_more=has_more),
         truncated=truncated,

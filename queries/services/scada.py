@@ -13,7 +13,7 @@ the result is built (``check_series_bytes``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import QuerySet
@@ -38,10 +38,11 @@ from queries.schemas.scada import (
     ScadaReadingPoint,
     ScadaReadingsResult,
 )
+from queries.services.windows import MAX_LOCAL_WINDOW, local_window
 
 SOURCE = "scada"
 MAX_TARGETS = 20
-MAX_WINDOW = timedelta(hours=24)
+MAX_WINDOW = MAX_LOCAL_WINDOW  # 24 *local* hours of the project's zone (queries.services.windows)
 MAX_POINTS = 10000
 #: Gap ranges listed in one result. More than this and the result stops at the first unlisted gap
 #: (``truncated``, ``continue_with`` from there): a gap list may not crowd the points out of the
@@ -71,17 +72,11 @@ _GAP_REASONS = {
 }
 
 
-def time_window(start: datetime, end: datetime, *, max_window: timedelta = MAX_WINDOW) -> TimeWindow:
-    """The window ``[start, end)`` in UTC, refused unless both carry an offset, ``start < end`` and the
-    window is at most ``max_window`` long (R-PAGE-2)."""
-    if start.tzinfo is None or end.tzinfo is None:
-        raise InvalidParameter("start and end must carry a timezone offset (e.g. 2026-11-01T08:00:00Z).")
-    if end <= start:
-        raise InvalidParameter("end must be later than start.")
-    if end - start > max_window:
-        hours = int(max_window.total_seconds() // 3600)
-        raise LimitExceeded(f"The window may be at most {hours} h long; ask for a shorter window.")
-    return TimeWindow(start=start.astimezone(UTC), end=end.astimezone(UTC))
+def time_window(start: datetime, end: datetime, *, timezone: str = "UTC") -> TimeWindow:
+    """The window ``[start, end)`` in UTC tagged with the project's zone, refused unless both carry an
+    offset, ``start < end`` and the window is at most 24 local hours of ``timezone`` (R-PAGE-2: the one
+    rule, ``queries.services.windows.local_window``)."""
+    return local_window(start, end, timezone=timezone)
 
 
 def check_targets(ids: Sequence[str], what: str) -> list[str]:
@@ -281,7 +276,7 @@ def query_scada_readings(
     if field not in READING_FIELDS:
         raise InvalidParameter("field must be monitored_value or cleaned_value.")
     ids = check_targets(device_ids, "device id")
-    window = time_window(start, end)
+    window = time_window(start, end, timezone=scope.timezone)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
     devices = yield _devices_named(scope.project_id, *ids)
     units = {device_id: unit for device_id, unit, _ in devices}
@@ -355,7 +350,7 @@ def query_scada_readings(
         queried_at=datetime.now(UTC),
         origin=data.origin,
         data=data,
-        window=TimeWindow(start=window.start, end=covered_end),
+        window=TimeWindow(start=window.start, end=covered_end, timezone=window.timezone),
         units={device_id: units[device_id] for device_id in ids},
         page=PageInfo(total=total, limit=page.limit, offset=page.offset, has_more=data.has_more),
         truncated=cut,

@@ -153,7 +153,8 @@ TOOLS: list[ToolSpec] = [
     ToolSpec(
         name="query_analysis_series",
         title="Analysis run series",
-        description="One field of one element over a window (at most 24 h) as an analysis run computed it "
+        description="One field of one element over a window (at most 24 local hours of the project's "
+        "timezone) as an analysis run computed it "
         "(scenario values of the run: neither measured nor the model baseline). A failed run has no series "
         "and is answered with ANALYSIS_RUN_HAS_NO_SERIES.",
         input_schema=input_object(
@@ -163,7 +164,10 @@ TOOLS: list[ToolSpec] = [
                 "element_id": ELEMENT_ID,
                 "field": FIELD,
                 "start": {**TIME, "description": "From this time (inclusive), with a timezone."},
-                "end": {**TIME, "description": "Until this time (exclusive), with a timezone; at most 24 h."},
+                "end": {
+                    **TIME,
+                    "description": "Until this time (exclusive), with a timezone; at most 24 local hours after start.",
+                },
             },
             ["run_id", "element_type", "element_id", "field", "start", "end"],
         ),

@@ -51,7 +51,8 @@ TOOLS: list[ToolSpec] = [
         name="query_model_baseline_series",
         title="Model baseline series",
         description="MODEL BASELINE (hydraulic simulation output, not measurements) of 1–20 named elements "
-        "of one type in [start, end) (at most 24 h): the requested fields (default all of the type) at "
+        "of one type in [start, end) (at most 24 local hours of the project's timezone, see get_project): "
+        "the requested fields (default all of the type) at "
         "every baseline instant, ordered by element id then time. At most 10000 points per call.",
         input_schema=_with(
             input_object(
@@ -66,7 +67,11 @@ TOOLS: list[ToolSpec] = [
                         "description": f"1–{MAX_TARGETS} element ids (required: never the whole network).",
                     },
                     "start": {**TIME, "description": "Window start (inclusive), with a timezone offset."},
-                    "end": {**TIME, "description": "Window end (exclusive, ≤ 24 h after start), with an offset."},
+                    "end": {
+                        **TIME,
+                        "description": "Window end (exclusive, ≤ 24 local hours after start in the project's "
+                        "timezone), with an offset.",
+                    },
                     "fields": {
                         "type": "array",
                         "items": FIELD,

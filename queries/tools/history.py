@@ -38,7 +38,8 @@ TOOLS: list[ToolSpec] = [
         name="query_element_history",
         title="Element history",
         description="What the SCADA devices on some elements measured (measured and cleaned, quality flags "
-        "kept) over a window of at most 24 h; realtime_comparison adds the model baseline of those "
+        "kept) over a window of at most 24 local hours of the project's timezone (see get_project); "
+        "realtime_comparison adds the model baseline of those "
         "elements, analysis_comparison (needs run_id) an analysis run's series. One globally ordered list "
         "of points, paged with limit/offset (has_more; total is not counted).",
         input_schema=input_object(
@@ -58,7 +59,10 @@ TOOLS: list[ToolSpec] = [
                     '"element_id": "JUNCTION-1308"}].',
                 },
                 "start": {**TIME, "description": "From this time (inclusive), with a timezone."},
-                "end": {**TIME, "description": "Until this time (exclusive), with a timezone; at most 24 h."},
+                "end": {
+                    **TIME,
+                    "description": "Until this time (exclusive), with a timezone; at most 24 local hours after start.",
+                },
                 "mode": {
                     "type": "string",
                     "enum": list(history.MODES),

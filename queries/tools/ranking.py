@@ -113,14 +113,19 @@ TOOLS: list[ToolSpec] = [
         name="rank_scada_deviation",
         title="Rank SCADA deviation from the model",
         description="CLEANED readings compared with the MODEL BASELINE at each device's element (linearly "
-        "interpolated at each reading's time) over [start, end) (≤ 24 h): devices of one quantity ranked by "
+        "interpolated at each reading's time) over [start, end) (≤ 24 local hours of the project's timezone): "
+        "devices of one quantity ranked by "
         "mean absolute difference, descending, ties by device id, with the worst difference and when, "
         "units, and the coverage of both series. Readings outside the baseline's coverage are left out; "
         "devices with nothing to compare are listed as unranked, never as zero deviation. Optional area.",
         input_schema=input_object(
             {
                 "start": {**TIME, "description": "Window start (inclusive), with a timezone offset."},
-                "end": {**TIME, "description": "Window end (exclusive, ≤ 24 h after start), with an offset."},
+                "end": {
+                    **TIME,
+                    "description": "Window end (exclusive, ≤ 24 local hours after start in the project's "
+                    "timezone), with an offset.",
+                },
                 "quantity": {"type": "string", "enum": list(ranking.QUANTITIES)},
                 "limit": LIMIT,
                 "area": AREA_SCHEMA,

@@ -1,10 +1,11 @@
-"""Declaration of get_workbench_runtime (read only)."""
+"""Declarations of the project's state, read only: get_workbench_runtime and get_project (its clock)."""
 
 from __future__ import annotations
 
 from queries.registry import WEBGIS_VIEW, ToolSpec, input_object
+from queries.schemas.project import ProjectResult
 from queries.schemas.runtime import WorkbenchRuntimeResult
-from queries.services import runtime
+from queries.services import project, runtime
 
 TOOLS: list[ToolSpec] = [
     ToolSpec(
@@ -42,5 +43,29 @@ TOOLS: list[ToolSpec] = [
             {},
             {"data_source": "scada"},
         ),
+    ),
+    # Its own tool rather than a kind of get_network_options: the clock and units are facts of the
+    # project, known before (and without) any network import, while get_network_options answers EPANET's
+    # model options (its "time" kind is the simulation's duration and steps) and is NOT_FOUND until a
+    # model is imported. An agent calls this first, then asks series windows in local time.
+    ToolSpec(
+        name="get_project",
+        title="Project clock and units",
+        description="The context's project: slug, name, IANA timezone, the UTC offset now (e.g. -05:00), "
+        "the next DST change (UTC instant and the offset after it) and the unit system results come in "
+        "(SI or US). Series windows (readings, baseline, history, analysis series, rankings) may be at "
+        "most 24 local hours of this timezone, so a whole local day — 23 h or 25 h on a DST change — is "
+        "one call; their answers give the timezone beside the UTC window.",
+        input_schema=input_object({}, []),
+        output_model=ProjectResult,
+        permissions=(WEBGIS_VIEW,),
+        source=project.SOURCE,
+        semantics="diagnostic",
+        invoke=lambda scope, a: project.get_project.plan(scope=scope),
+        summarize=lambda r: (
+            f"Project {r.data.slug}: {r.data.timezone} (UTC{r.data.utc_offset_now} now), {r.data.unit_system} units."
+        ),
+        rest="clock",
+        examples=({},),
     ),
 ]

@@ -24,7 +24,7 @@ TIME = {
     "description": "RFC 3339 date-time with a timezone offset (Z or ±hh:mm), e.g. 2026-11-01T08:00:00Z.",
 }
 DEVICE_ID = {"type": "string", "minLength": 1, "maxLength": 64, "description": "A SCADA device id, e.g. PT-001."}
-WINDOW_S = int(scada.MAX_WINDOW.total_seconds())
+WINDOW_S = int(scada.MAX_WINDOW.total_seconds())  # of local wall-clock time (queries.services.windows)
 
 
 def point_page_properties(max_points: int) -> dict[str, Any]:
@@ -126,7 +126,9 @@ TOOLS: list[ToolSpec] = [
     ToolSpec(
         name="query_scada_readings",
         title="SCADA readings",
-        description="Readings of up to 20 SCADA devices in [start, end) (at most 24 h): field "
+        description="Readings of up to 20 SCADA devices in [start, end) (at most 24 local hours of the "
+        "project's timezone, see get_project; a whole local day, 23 h or 25 h on a DST change, is one call): "
+        "field "
         "monitored_value = what the devices sent (origin measured) or cleaned_value = after cleaning "
         "(origin cleaned), never both in one result. Every slot keeps its quality flag (good, spike, "
         "stuck, gap); slots without a value are null and listed as gap ranges in data_gaps, never filled "
@@ -142,7 +144,11 @@ TOOLS: list[ToolSpec] = [
                     "description": f"1–{scada.MAX_TARGETS} device ids of the project.",
                 },
                 "start": {**TIME, "description": "Window start (inclusive), with a timezone offset."},
-                "end": {**TIME, "description": "Window end (exclusive, ≤ 24 h after start), with a timezone offset."},
+                "end": {
+                    **TIME,
+                    "description": "Window end (exclusive, ≤ 24 local hours after start in the project's "
+                    "timezone), with a timezone offset.",
+                },
                 "field": {"type": "string", "enum": list(scada.READING_FIELDS)},
                 **point_page_properties(scada.MAX_POINTS),
             },

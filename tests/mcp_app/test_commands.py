@@ -103,8 +103,9 @@ def test_client_credentials_fetches_from_real_issuer(token_endpoint: TokenEndpoi
         call_command("mcp_token", "--client-credentials", stdout=StringIO())
 
 
-#: The product catalog: SPEC §5's 25 tools and issue 22's four (topology, flow path, the two rankings).
-PRODUCT_TOOLS = 29
+#: The product catalog: SPEC §5's 25 tools, issue 22's four (topology, flow path, the two rankings) and
+#: issue 40's get_project (the project's clock and units).
+PRODUCT_TOOLS = 30
 ISSUE_22_TOOLS = {"get_connected_elements", "trace_flow_path", "rank_model_baseline", "rank_scada_deviation"}
 
 
@@ -115,7 +116,7 @@ def product_tools() -> list[str]:
 def test_catalog_size() -> None:
     names = product_tools()
     assert len(names) == PRODUCT_TOOLS, sorted(names)
-    assert ISSUE_22_TOOLS <= set(names)
+    assert ISSUE_22_TOOLS <= set(names) and "get_project" in names
 
 
 def test_catalog_check_passes_on_the_registry() -> None:

@@ -26,6 +26,7 @@ def service_scope(project: Project, permissions: Iterable[str], subject: str = "
         project_slug=project.slug,
         permissions=frozenset(permissions),
         purpose="ordinary_chat",
+        timezone=project.timezone or "UTC",
     )
 
 

@@ -83,7 +83,7 @@ def test_series_matches_the_baseline_rows(demo_call: Call) -> None:
     assert s["origin"] == "model_baseline" and s["source"] == "model_baseline" and s["data_gaps"] == []
     assert s["units"] == {"pressure": "m", "head": "m", "demand": "m3/s", "quality": "mg/L"}
     assert (s["data"]["total"], s["data"]["has_more"], s["truncated"]) == (len(rows), False, False)
-    assert s["window"] == {"start": iso(start), "end": iso(end)}
+    assert s["window"] == {"start": iso(start), "end": iso(end), "timezone": "Asia/Shanghai"}
 
 
 def test_series_of_links_with_chosen_fields(demo_call: Call) -> None:

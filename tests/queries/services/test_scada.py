@@ -213,7 +213,9 @@ def test_measured_readings_match_the_rows_and_report_gaps(demo_call: Call) -> No
     rows = reading_rows(ids, start, end, "monitored_value")
     assert s["data"]["items"] == as_points(rows)
     assert s["origin"] == "measured" and s["data"]["origin"] == "measured" and s["data"]["field"] == "monitored_value"
-    assert s["window"] == {"start": iso(start), "end": iso(end)} and s["truncated"] is False
+    assert (
+        s["window"] == {"start": iso(start), "end": iso(end), "timezone": "Asia/Shanghai"} and s["truncated"] is False
+    )
     assert s["data"]["total"] == len(rows) and s["data"]["has_more"] is False
     units = dict(ScadaDevice.objects.filter(project__slug=DEMO, device_id__in=ids).values_list("device_id", "unit"))
     assert s["units"] == units
