@@ -145,12 +145,12 @@ class NetworkSourceAdmin(ReadOnlyAdmin):
 
 @admin.register(m.Job)
 class JobAdmin(ReadOnlyAdmin):
-    """Import and simulation jobs per project: what, status, rows, rejects, how long, who — and, for a
-    failed job, why (``message``)."""
+    """Import and simulation jobs per project: what, status (a dry run shows as one), rows, rejects, how
+    long, who — and, for a failed job, why (``message``)."""
 
-    list_display = ("created_at", "project", "kind", "subject", "status", "rows", "rejects", "duration",
+    list_display = ("created_at", "project", "kind", "subject", "run_status", "rows", "rejects", "duration",
                     "started_by", "message")  # fmt: skip
-    list_filter = ("project", "kind", "status")
+    list_filter = ("project", "kind", "status", "dry_run")
     search_fields = ("subject", "task_id")
     list_select_related = ("project",)
     readonly_fields = ("first_rejects",)
@@ -173,6 +173,11 @@ class JobAdmin(ReadOnlyAdmin):
                 self.message_user(request, str(exc), messages.WARNING)
             else:
                 self.message_user(request, f"Baseline job {job.pk}: {job.message}", messages.SUCCESS)
+
+    @admin.display(description="status", ordering="status")
+    def run_status(self, obj: m.Job) -> str:
+        # A dry run's rows were counted, not written: say so where the status is read.
+        return f"{obj.get_status_display()} (dry run)" if obj.dry_run else obj.get_status_display()
 
     @admin.display(description="duration")
     def duration(self, obj: m.Job) -> str:

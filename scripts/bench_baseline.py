@@ -54,7 +54,8 @@ def main() -> None:
     manage(env, "migrate", "-v", "0")
     manage(env, "project_create", "bench-baseline", "--name", "Baseline bench")
     network = Path(wntr.__file__).parent / "library" / "networks" / args.network
-    manage(env, "import_network", str(network), "--project", "bench-baseline", "--scale", "0.3048",
+    manage(env, "import_network", str(network), "--project", "bench-baseline", "--center", "117.2,39.1",
+           "--scale", "0.3048",
            "--baseline-hours", "0")  # fmt: skip
     load_before = os.getloadavg()
     code = CHILD.format(start="2026-11-01T00:00:00+00:00", hours=args.hours, step=args.step)

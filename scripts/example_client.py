@@ -5,8 +5,9 @@
 3. call tools with the official MCP SDK client (protocol 2026-07-28),
 4. revoke the context.
 
-Usage (with ``make run`` serving the demo on port 8000):
-    .venv/bin/python scripts/example_client.py [--url http://127.0.0.1:8000] [--project tianjin-demo]
+Usage (with ``make run`` serving the demo on port 8000), in a new shell (``scripts/dev`` sets the demo
+configuration the embedded dev issuer needs to mint the token):
+    scripts/dev scripts/example_client.py [--url http://127.0.0.1:8000] [--project tianjin-demo]
 
 It prints what each step returned (never the token or the handle) and exits non-zero on any failure.
 """

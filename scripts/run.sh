@@ -43,7 +43,8 @@ cat <<MSG
   tjwater-mcp is starting on http://127.0.0.1:$PORT
     health:  curl http://127.0.0.1:$PORT/healthz
     MCP:     http://127.0.0.1:$PORT/mcp
-    token:   .venv/bin/python manage.py mcp_token --sub alice --client tjwater-agent-mcp --scope "mcp.catalog.read mcp.query mcp.context.bind"
+    token:   scripts/dev manage.py mcp_token --sub alice --client tjwater-agent-mcp --scope "mcp.catalog.read mcp.query mcp.context.bind"
+    client:  scripts/dev scripts/example_client.py --url http://127.0.0.1:$PORT
   Ctrl-C stops the server, the worker and beat.
 
 MSG

@@ -34,7 +34,7 @@ from wntr.sim.results import SimulationResults
 
 from contexts.models import Project
 from queries.importer.copy import copy_lines, copy_rows, copy_text, linestring_ewkt, point_ewkt
-from queries.importer.georef import CrsGeoreferencer, Georeferencer
+from queries.importer.georef import CrsGeoreferencer, Georeferencer, geographic_or_refusal, placement_of
 from queries.models import (
     NETWORK_SCHEMAS,
     Curve,
@@ -64,6 +64,15 @@ DEFAULT_CENTER = (117.2, 39.1)
 class NetworkImportError(Exception):
     """A network could not be imported; the message is one line meant for the operator."""
 
+    code = "NETWORK_IMPORT_REFUSED"
+
+
+class NetworkCrsRequired(NetworkImportError):
+    """The coordinates are not lon/lat and the caller gave neither their CRS nor a centre to place them
+    about: a default centre would put the utility somewhere it is not, silently (issue 40 item 6)."""
+
+    code = "NETWORK_CRS_REQUIRED"
+
 
 @dataclass
 class ImportSummary:
@@ -73,6 +82,8 @@ class ImportSummary:
     counts: dict[str, int] = field(default_factory=dict)
     baseline_steps: int = 0
     seconds: float = 0.0
+    #: How the coordinates were placed on the ground, in words (``placement_of``).
+    placement: str = ""
 
 
 def wntr_network_path(name: str) -> Path:
@@ -241,10 +252,16 @@ def simulate(wn: WaterNetworkModel, *, hours: float, step_minutes: int) -> Simul
 
 
 def georeferencer_for(
-    wn: WaterNetworkModel, *, center: tuple[float, float], scale: float, crs: str | None = None
+    wn: WaterNetworkModel,
+    *,
+    center: tuple[float, float] | None,
+    scale: float,
+    crs: str | None = None,
+    file_name: str = "the network",
 ) -> Georeferencer | CrsGeoreferencer:
     """The exact transform from ``crs`` when the network is drawn in one, else the schematic placement
-    about ``center`` with ``scale`` metres per drawn unit."""
+    about ``center`` with ``scale`` metres per drawn unit. With neither, evidently lon/lat coordinates
+    are read as EPSG:4326 and any others are refused (``NetworkCrsRequired``)."""
     if crs:
         try:
             return CrsGeoreferencer(crs=crs)
@@ -253,6 +270,11 @@ def georeferencer_for(
     points: list[tuple[float, float]] = [tuple(n.coordinates) for _, n in wn.nodes()]
     for _, link in wn.links():
         points.extend(tuple(v) for v in link.vertices)
+    if center is None:
+        refusal = geographic_or_refusal(points, file_name=file_name)
+        if refusal:
+            raise NetworkCrsRequired(refusal)
+        return CrsGeoreferencer(crs="EPSG:4326")
     try:
         return Georeferencer.for_points(points, center=center, scale=scale)
     except ValueError as exc:
@@ -704,7 +726,7 @@ def import_network(
     *,
     project: Project,
     inp_path: Path,
-    center: tuple[float, float] = DEFAULT_CENTER,
+    center: tuple[float, float] | None = DEFAULT_CENTER,
     scale: float = 1.0,
     crs: str | None = None,
     baseline_hours: float = 24.0,
@@ -714,22 +736,23 @@ def import_network(
     """Import ``inp_path`` as ``project``'s network, replacing the old one atomically.
 
     With ``crs`` the coordinates are in that CRS and transformed exactly; without it ``center``/``scale``
-    place a schematic drawing (``scale`` metres per drawn unit). ``baseline_hours=0`` skips the
-    simulation (no baseline). Everything that can be checked before writing is checked first (the file,
-    the CRS, the connectivity), so a refused file never touches the database. The baseline starts at
-    ``start``, by default the project's current local day (``local_day_start``), with patterns on the
-    local clock. The .inp text is kept (``NetworkSource``) so any other window can be simulated later
-    (``simulate_baseline``).
+    place a schematic drawing (``scale`` metres per drawn unit); ``center=None`` (the command without
+    ``--crs``/``--center``) reads lon/lat coordinates as EPSG:4326 and refuses any others.
+    ``baseline_hours=0`` skips the simulation (no baseline). Everything that can be checked before
+    writing is checked first (the file, the CRS, the connectivity), so a refused file never touches the
+    database. The baseline starts at ``start``, by default the project's current local day
+    (``local_day_start``), with patterns on the local clock. The .inp text is kept (``NetworkSource``)
+    so any other window can be simulated later (``simulate_baseline``).
     """
     start = start or local_day_start(project)
     t0 = _time.monotonic()
     wn = read_inp(inp_path)
     check_connected(wn)
-    georef = georeferencer_for(wn, center=center, scale=scale, crs=crs)
+    georef = georeferencer_for(wn, center=center, scale=scale, crs=crs, file_name=inp_path.name)
     geometry = network_geometry(wn, georef)
     if baseline_hours < 0 or (baseline_hours > 0 and step_minutes <= 0):
         raise NetworkImportError("baseline hours must be >= 0 and step minutes > 0")
-    summary = ImportSummary(project_slug=project.slug)
+    summary = ImportSummary(project_slug=project.slug, placement=placement_of(georef, scale=scale))
     try:
         with transaction.atomic():
             # Lock the project row so two imports of the same project serialize, not interleave.

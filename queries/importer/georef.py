@@ -122,3 +122,36 @@ class CrsGeoreferencer:
                     f"(lon {lo[0]:.3f}..{hi[0]:.3f}, lat {lo[1]:.3f}..{hi[1]:.3f}): is the CRS right?"
                 )
         return out
+
+
+#: The widest bounding box (degrees, in longitude or latitude) coordinates may span and still be read as
+#: EPSG:4326 lon/lat when the file comes with neither a CRS nor a centre: ~5° is ~550 km, far more than any
+#: water network serves, so a wider box is a drawing in metres, feet or schematic units.
+GEOGRAPHIC_MAX_SPAN_DEG = 5.0
+
+
+def geographic_or_refusal(points: Iterable[Sequence[float]], *, file_name: str) -> str:
+    """``""`` when ``points`` are evidently lon/lat degrees of a water network (inside [-180, 180] ×
+    [-90, 90], no wider than ``GEOGRAPHIC_MAX_SPAN_DEG`` either way), else the sentence refusing them,
+    naming the file, the bbox it saw and the two flags that would place it."""
+    arr = np.asarray(list(points), dtype=float).reshape(-1, 2)
+    if len(arr) == 0:
+        return f"{file_name} has no coordinates to place: give --crs EPSG:NNNN or --center LON,LAT"
+    (xmin, ymin), (xmax, ymax) = arr.min(axis=0), arr.max(axis=0)
+    inside = -180.0 <= xmin and xmax <= 180.0 and -90.0 <= ymin and ymax <= 90.0
+    span = GEOGRAPHIC_MAX_SPAN_DEG
+    if inside and xmax - xmin <= span and ymax - ymin <= span:
+        return ""
+    return (
+        f"{file_name} has coordinates x {xmin:g}..{xmax:g}, y {ymin:g}..{ymax:g}, which are not longitude/"
+        "latitude degrees: give their CRS with --crs EPSG:NNNN, or place a schematic drawing with "
+        "--center LON,LAT (and --scale metres per drawn unit)"
+    )
+
+
+def placement_of(georef: Georeferencer | CrsGeoreferencer, *, scale: float) -> str:
+    """How ``georef`` places coordinates on the ground, in words for an import's summary."""
+    if isinstance(georef, CrsGeoreferencer):
+        return "coordinates read as EPSG:4326 lon/lat" if georef.crs == "EPSG:4326" else f"{georef.crs} → EPSG:4326"
+    lon, lat = georef.center
+    return f"schematic drawing placed about {lon:g},{lat:g} at {scale:g} m per drawn unit"

@@ -84,6 +84,10 @@ class ReadingImportSummary:
     timezone: str
     dry_run: bool = False
     samples: int = 0
+    #: Time entries (lines) that carried their own UTC offset (taken as given) and that did not (read in
+    #: ``timezone``), so the summary can say which it was.
+    offset_times: int = 0
+    naive_times: int = 0
     rejects: int = 0
     reject_lines: list[str] = field(default_factory=list)
     devices: int = 0
@@ -184,22 +188,24 @@ def _batches(path: Path) -> tuple[list[str], Iterator[tuple[int, pd.DataFrame]],
     return header, csv(), "line"
 
 
-def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray]:
-    """Epoch seconds (float, NaN when rejected) and a reason code per entry: 0 ok, 1 empty/unreadable,
-    2 nonexistent local time, 3 ambiguous local time."""
+def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray, int]:
+    """Epoch seconds (float, NaN when rejected), a reason code per entry (0 ok, 1 empty/unreadable,
+    2 nonexistent local time, 3 ambiguous local time) and how many entries carried a UTC offset (the
+    others are naive)."""
     n = len(col)
     out = np.full(n, np.nan)
     why = np.zeros(n, dtype=np.int8)
     if pd.api.types.is_datetime64_any_dtype(col.dtype):
         stamps = col.reset_index(drop=True)
-        if stamps.dt.tz is None:
+        aware = stamps.dt.tz is not None
+        if not aware:
             localized = stamps.dt.tz_localize(zone.key, ambiguous="NaT", nonexistent="NaT")
             _local_reasons(stamps, localized, zone, why)
             stamps = localized
         ok = stamps.notna().to_numpy()
         out[ok] = _epoch(stamps[ok])
         why[~ok & (why == 0)] = 1
-        return out, why
+        return out, why, n if aware else 0
     text = col.astype(str).str.strip()
     text.index = range(n)
     has_offset = text.str.contains(_OFFSET).to_numpy()
@@ -222,7 +228,7 @@ def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray
         ok = localized.notna().to_numpy()
         out[naive_idx[ok]] = _epoch(localized[ok])
         why[naive_idx[sub > 0]] = sub[sub > 0]
-    return out, why
+    return out, why, int(has_offset.sum())
 
 
 def _epoch(stamps: pd.Series) -> np.ndarray:
@@ -326,7 +332,9 @@ def _stage_batch(
     """One batch as staging rows ``(device pk, epoch seconds, stored value, line)``; rejects recorded."""
     n = len(frame)
     lines = np.arange(first, first + n, dtype=np.int64)
-    seconds, why = _utc_seconds(frame["time"], zone)
+    seconds, why, with_offset = _utc_seconds(frame["time"], zone)
+    rejects.summary.offset_times += with_offset
+    rejects.summary.naive_times += n - with_offset
     if layout == "wide":
         blank = np.ones(n, dtype=bool)
         parts = []

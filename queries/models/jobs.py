@@ -1,10 +1,12 @@
 """Import and simulation jobs, as operators see them in the admin.
 
-One row per run of ``import_scada_devices``/``import_scada``/``simulate_baseline`` (and per window the
-rolling baseline computes): what it worked on (a file name or a time window), its status, how many rows
-it wrote, its rejects (the count and the first lines), how long it took and who started it. A failed
-job keeps why, in a sentence (``message``). Rows are written outside the job's own transaction, so a
-job that rolled back still shows as failed.
+One row per run of ``import_network``/``import_gis``/``import_scada_devices``/``import_scada``/
+``simulate_baseline`` (and per window the rolling baseline computes): what it worked on (a file name or a
+time window), its status, how many rows it wrote, its rejects (the count and the first lines), how long it
+took and who started it. A failed job keeps why, in a sentence (``message``); a dry run (``--dry-run``:
+checked and counted, nothing written) is marked ``dry_run`` so its rows are not mistaken for data that
+landed. Rows are written outside the job's own transaction, so a job that rolled back still shows as
+failed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ class JobKind(models.TextChoices):
     SCADA_DEVICES = "scada_devices", "SCADA devices import"
     SCADA_IMPORT = "scada_import", "SCADA readings import"
     BASELINE = "baseline", "Baseline simulation"
+    NETWORK_IMPORT = "network_import", "Network import"
+    GIS_IMPORT = "gis_import", "GIS layer import"
 
 
 class JobStatus(models.TextChoices):
@@ -36,6 +40,7 @@ class Job(models.Model):
     window_end = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=12, choices=JobStatus.choices, default=JobStatus.QUEUED)
     rows = models.BigIntegerField(null=True, blank=True)
+    dry_run = models.BooleanField(default=False, help_text="checked and counted, nothing written")
     rejects = models.IntegerField(default=0)
     reject_lines = models.JSONField(default=list, blank=True)
     progress = models.FloatField(null=True, blank=True, help_text="0–1 while running")

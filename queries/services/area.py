@@ -9,7 +9,9 @@
 No discriminator field; the same shape in every tool. ``AREA_SCHEMA`` is the wire schema; ``parse_area``
 checks the same rules for callers that skip it; ``resolve_area`` (a plan step) finds the district or the
 polygon in the caller's project (unknown → ``NotFound`` naming the field; a feature that is not a polygon
-→ ``InvalidParameter``); ``element_area`` / ``device_area`` are the filters, as ORM expressions.
+→ ``InvalidParameter``); ``element_area`` / ``device_area`` are the filters, as ORM expressions. A district
+that has elements but none of the type a tool ranks is not an empty answer: ``Area.gap`` says what the
+district does link, for the result's ``data_gaps`` (issue 40 item 6).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.gis.db.models import GeometryField, PointField
-from django.db.models import BooleanField, CharField, Exists, F, FloatField, Func, OuterRef, Q, Subquery, Value
+from django.db.models import BooleanField, CharField, Count, Exists, F, FloatField, Func, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast
 
 from contexts.errors import InvalidParameter, NotFound
 from queries.models import ElementGisProperties, GisFeature
 from queries.plan import Plan, statement_factory
+from queries.schemas.common import DataGap
 
 MAX_RADIUS_M = 10000.0
 _POLYGONS = ("POLYGON", "MULTIPOLYGON")
@@ -79,6 +82,18 @@ class Area:
     center: tuple[float, float] | None = None
     radius_m: float | None = None
     feature_pk: int | None = None  # set by resolve_area for a polygon
+    #: ``(element_type, count)`` of the district's elements, set by resolve_area (same query, no extra one).
+    district_types: tuple[tuple[str, int], ...] = ()
+
+    def lacks(self, element_type: str) -> bool:
+        """Whether this is a district with no element of ``element_type`` (needs resolve_area first)."""
+        return self.district is not None and element_type not in dict(self.district_types)
+
+    def gap(self, what: str) -> DataGap:
+        """The ``data_gaps`` entry of a district that links no ``what`` (e.g. "district Midtown links
+        3 pipes and no junction"), so an empty list never reads as "none of them is low"."""
+        links = ", ".join(f"{n} {kind}{'' if n == 1 else 's'}" for kind, n in self.district_types)
+        return DataGap(reason=f"district {self.district} links {links} and no {what}")
 
     def as_dict(self) -> dict[str, Any]:
         if self.district is not None:
@@ -166,10 +181,15 @@ def parse_area(area: Mapping[str, Any] | None) -> Area | None:
 
 @statement_factory
 def _district(project_id: int, district: str) -> Any:
-    """Whether an element of the project has GIS district ``district`` (a statement factory, compiled once)."""
-    return ElementGisProperties.objects.filter(project_id=project_id, district=district).values_list(
-        "district", flat=True
-    )[:1]
+    """How many elements of each type the project's GIS district ``district`` has (a statement factory,
+    compiled once); bounded by the handful of element types."""
+    return (
+        ElementGisProperties.objects.filter(project_id=project_id, district=district)
+        .values("element_type")
+        .annotate(n=Count("pk"))
+        .values_list("element_type", "n")
+        .order_by("element_type")[:16]
+    )
 
 
 @statement_factory
@@ -193,7 +213,7 @@ def resolve_area(project_id: int, area: Area | None) -> Plan[Area | None]:
             raise NotFound(
                 f"No element has GIS district {area.district!r} in this project.", details={"field": "area.district"}
             )
-        return area
+        return Area(district=area.district, district_types=tuple((str(t), int(n)) for t, n in found))
     rows = yield _feature_kind(project_id, area.layer_key, area.source_fid)
     if not rows:
         raise NotFound("No GIS feature with that layer_key and source_fid in this project.", details={"field": "area"})

@@ -20,8 +20,10 @@ def job_started(
     window: tuple[datetime, datetime] | None = None,
     task_id: str = "",
     queued: bool = False,
+    dry_run: bool = False,
 ) -> Job:
-    """Record a job that starts now (or, ``queued``, waits for a worker)."""
+    """Record a job that starts now (or, ``queued``, waits for a worker); ``dry_run`` marks a check that
+    writes nothing, so the admin's Jobs tell it from an import."""
     return Job.objects.create(
         project=project,
         kind=kind,
@@ -32,6 +34,7 @@ def job_started(
         started_at=None if queued else datetime.now(UTC),
         started_by=started_by[:200],
         task_id=task_id,
+        dry_run=dry_run,
     )
 
 

@@ -130,6 +130,8 @@ def rank_model_baseline(
         window=TimeWindow(start=instant, end=instant),
         units=_units(element_type, [field]),
         page=data.info(),
+        # A district with none of these elements says so (issue 40 item 6), not just an empty list.
+        data_gaps=[where.gap(element_type)] if where and where.lacks(element_type) else [],
     )
 
 
@@ -220,7 +222,7 @@ def rank_scada_deviation(
     if quantity not in QUANTITIES:
         raise InvalidParameter("quantity must be pressure, flow or level.", details={"field": "quantity"})
     limit = _check_limit(limit)
-    window = time_window(start, end)
+    window = time_window(start, end, timezone=scope.timezone)
     where = yield from resolve_area(scope.project_id, parse_area(area))
     listed = yield _devices_of(
         where.kind if where else "all", scope.project_id, quantity, *(where.values() if where else ())
@@ -294,4 +296,5 @@ def rank_scada_deviation(
         window=window,
         units=units,
         page=PageInfo(total=data.total, limit=limit, offset=0, has_more=data.has_more),
+        data_gaps=[where.gap(f"{quantity} device")] if where and where.district and not listed else [],
     )

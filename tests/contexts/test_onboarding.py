@@ -174,7 +174,8 @@ def test_my_own_network_my_own_engineers(
     with django_db_blocker.unblock():
         Project.objects.filter(slug=slug).delete()
         call_command("project_create", slug, "--name", "KY10 utility")
-        call_command("import_network", str(KY10), "--project", slug, "--scale", "0.3048", "--baseline-hours", "0")
+        call_command("import_network", str(KY10), "--project", slug, "--center", "117.2,39.1", "--scale", "0.3048",
+                     "--baseline-hours", "0")  # fmt: skip
         call_command("membership_grant", "--project", slug, "--sub", sub, "--permissions", "webgis.view scada.view")
         project = Project.objects.get(slug=slug)
         token = factories.token(Principal.objects.get(subject=sub))

@@ -5,6 +5,7 @@ test server's."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -26,10 +27,11 @@ def _run(block: str, server: ServerProcess) -> subprocess.CompletedProcess[str]:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": "/root",
-        # Where `make run`'s server keeps its state; here the test server's (same database, Redis, dev key).
+        # Where `make run`'s server keeps its state; here the test server's (same database, Redis, dev key:
+        # tests/settings.py has set this process's REDIS_URL and TJWATER_DATA_DIR, the server inherits them).
         "DATABASE_URL": subprocess_database_url(),
-        "REDIS_URL": "redis://127.0.0.1:6379/15",
-        "TJWATER_DATA_DIR": str(ROOT / "var" / "test"),
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "TJWATER_DATA_DIR": os.environ["TJWATER_DATA_DIR"],
         "PORT": str(server.port),
     }
     script = block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
@@ -52,6 +54,7 @@ def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerPr
     out = _run(first, server)
     assert out.returncode == 0, out.stderr
     assert '"context_handle"' in out.stdout and "context revoked" in out.stdout
+    assert "context revoked by DELETE: HTTP 204" in out.stdout  # the context the block creates is not left live
 
     out = _run(rest, server)
     assert out.returncode == 0, out.stderr
@@ -61,7 +64,9 @@ def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerPr
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "project created: my-utility (America/New_York, US units)" in lines
-    assert any(line.startswith("imported ky4.inp into my-utility") for line in lines), out.stdout
+    assert any(line.startswith("imported ky4.inp into my-utility (EPSG:3089 → EPSG:4326)") for line in lines), (
+        out.stdout
+    )
     assert any("12 features, 0 skipped, 12 linked to pipes" in line for line in lines), out.stdout
     assert "context created: project=my-utility purpose=ordinary_chat" in out.stdout
     assert '"source": "model_network"' in out.stdout and lines[-1] == "context revoked"
@@ -95,3 +100,19 @@ def test_manage_py_without_configuration_is_one_clear_line() -> None:
     assert help_out.returncode == 0, help_out.stderr
     for command in ("project_create", "project_delete", "import_network", "import_gis", "mcp_token", "seed_demo"):
         assert f"    {command}\n" in help_out.stdout
+
+
+def test_the_run_banner_and_the_client_docstring_print_commands_that_work_in_a_new_shell() -> None:
+    banner = (ROOT / "scripts" / "run.sh").read_text()
+    token_line = next(line for line in banner.splitlines() if line.strip().startswith("token:"))
+    command = token_line.split("token:", 1)[1].strip()
+    assert command.startswith("scripts/dev manage.py mcp_token ")
+    proc = subprocess.run(
+        ["bash", "-e", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": subprocess_database_url(),
+             "TJWATER_DATA_DIR": os.environ["TJWATER_DATA_DIR"]},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().count(".") == 2  # one JWT, header.payload.signature
+    doc = (ROOT / "scripts" / "example_client.py").read_text().split('"""')[1]
+    assert "scripts/dev scripts/example_client.py" in doc and ".venv/bin/python scripts/example_client.py" not in doc

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from contexts.models import Project
 from queries.importer.gis import SHOWN_FIDS, GisImportError, import_gis
 from queries.models import ELEMENT_MODELS
+from queries.services.jobs import job_failed, job_finished, job_started
 
 
 class Command(BaseCommand):
@@ -35,10 +36,12 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
+        path = Path(options["file"])
+        job = job_started(project=project, kind="gis_import", subject=path.name, started_by="manage.py")
         try:
             summary = import_gis(
                 project=project,
-                path=Path(options["file"]),
+                path=path,
                 layer_key=options["layer_key"],
                 source_layer=options["source_layer"],
                 crs=options["crs"],
@@ -48,7 +51,15 @@ class Command(BaseCommand):
                 strict=options["strict"],
             )
         except GisImportError as exc:
+            job_failed(job, str(exc))
             raise CommandError(str(exc)) from exc
+        job_finished(
+            job,
+            rows=summary.features,
+            rejects=len(summary.skipped),
+            reject_lines=[f"fid {fid}: {reason}" for fid, reason in summary.skipped],
+            detail={"layer_key": summary.layer_key, "source_crs": summary.source_crs, "linked": summary.linked},
+        )
         for fid, reason in summary.skipped:
             self.stderr.write(f"skipped feature fid {fid}: {reason}")
         line = (

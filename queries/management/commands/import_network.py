@@ -10,7 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
-from queries.importer.epanet import DEFAULT_CENTER, NetworkImportError, import_network
+from queries.importer.epanet import NetworkImportError, import_network
+from queries.services.jobs import job_failed, job_finished, job_started
 
 #: Options whose value may start with "-" (a western longitude): argparse would read "-85.5,38.0" as an
 #: option name, since it is not a plain negative number.
@@ -50,7 +51,8 @@ class Command(BaseCommand):
         "Import an EPANET .inp network into a project (replacing its network atomically) and store the "
         "simulated model baseline. With --crs the coordinates are in that CRS (any unit, US feet included) "
         "and are transformed exactly to WGS84; a schematic network without a CRS is placed about --center "
-        "with --scale metres per drawn unit."
+        "with --scale metres per drawn unit. With neither, lon/lat coordinates are read as EPSG:4326 and any "
+        "others are refused."
     )
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
@@ -63,9 +65,7 @@ class Command(BaseCommand):
         parser.add_argument("file", help="EPANET .inp file")
         parser.add_argument("--project", required=True, help="slug of an existing project")
         parser.add_argument("--crs", default=None, help="the CRS of the file's coordinates, e.g. EPSG:3089")
-        parser.add_argument(
-            "--center", default=None, help=f"LON,LAT (EPSG:4326) of a schematic network (default {DEFAULT_CENTER})"
-        )
+        parser.add_argument("--center", default=None, help="LON,LAT (EPSG:4326) to place a schematic network about")
         parser.add_argument("--scale", type=float, default=None, help="metres per drawn unit (default 1)")
         parser.add_argument("--baseline-hours", type=float, default=24.0, help="simulated hours (0 = no baseline)")
         parser.add_argument("--step-minutes", type=int, default=15, help="baseline reporting step")
@@ -75,12 +75,16 @@ class Command(BaseCommand):
         crs = options["crs"]
         if crs and (options["center"] is not None or options["scale"] is not None):
             raise CommandError("--crs places the network exactly; --center/--scale are for schematic networks only")
-        center = parse_center(options["center"]) if options["center"] is not None else DEFAULT_CENTER
+        # No --center: the importer reads lon/lat as EPSG:4326 or refuses (never a silent default centre).
+        center = parse_center(options["center"]) if options["center"] is not None else None
         if not Path(options["file"]).is_file():
             raise CommandError(f"network file not found: {options['file']}")
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
+        job = job_started(
+            project=project, kind="network_import", subject=Path(options["file"]).name, started_by="manage.py"
+        )
         try:
             summary = import_network(
                 project=project,
@@ -92,8 +96,11 @@ class Command(BaseCommand):
                 step_minutes=options["step_minutes"],
             )
         except NetworkImportError as exc:
+            job_failed(job, str(exc))
             raise CommandError(str(exc)) from exc
+        job_finished(job, rows=sum(summary.counts.values()), detail={"placement": summary.placement, **summary.counts})
         counts = ", ".join(f"{k}={v}" for k, v in summary.counts.items())
         self.stdout.write(
-            f"imported {Path(options['file']).name} into {project.slug} in {summary.seconds:.1f}s: {counts}"
+            f"imported {Path(options['file']).name} into {project.slug} ({summary.placement}) "
+            f"in {summary.seconds:.1f}s: {counts}"
         )

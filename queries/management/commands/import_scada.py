@@ -60,7 +60,9 @@ class Command(BaseCommand):
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
         path = Path(options["file"])
         bar = ProgressBar(sys.stderr, enabled=not options["json"] and sys.stderr.isatty())
-        job = job_started(project=project, kind="scada_import", subject=path.name, started_by="manage.py")
+        job = job_started(
+            project=project, kind="scada_import", subject=path.name, started_by="manage.py", dry_run=options["dry_run"]
+        )
         try:
             summary = import_scada(
                 project=project,
@@ -89,8 +91,15 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(summary.as_dict()))
             return
         verb = "would write" if summary.dry_run else "wrote"
+        # Say how the times were read: a file whose times carry offsets was not read in the zone.
+        if summary.offset_times and not summary.naive_times:
+            times = "times with offsets"
+        elif summary.offset_times:
+            times = f"{summary.offset_times} times with offsets, {summary.naive_times} naive in {summary.timezone}"
+        else:
+            times = f"naive times in {summary.timezone}"
         self.stdout.write(
-            f"{summary.file} ({summary.layout}, naive times in {summary.timezone}): {summary.samples} samples, "
+            f"{summary.file} ({summary.layout}, {times}): {summary.samples} samples, "
             f"{summary.rejects} rejected; {summary.devices} device(s), {summary.slots} slots — {verb} "
             f"{summary.inserted} new, {summary.updated} changed, {summary.unchanged} unchanged "
             f"in {summary.seconds:.1f}s"

@@ -29,3 +29,18 @@ def test_bad_centre_or_scale_is_refused() -> None:
         Georeferencer(center=(117.2, 39.1), scale=0, origin=(0, 0))
     with pytest.raises(ValueError, match="centre"):
         Georeferencer(center=(117.2, 89.0), scale=1, origin=(0, 0))
+
+
+def test_lon_lat_of_a_town_is_geographic_and_a_drawing_is_refused() -> None:
+    from queries.importer.georef import geographic_or_refusal
+
+    assert geographic_or_refusal([(-85.60, 38.01), (-85.52, 38.09)], file_name="town.inp") == ""
+    metres = geographic_or_refusal([(4971350.0, 3905604.0), (4990000.0, 3920000.0)], file_name="ky4.inp")
+    assert metres == (
+        "ky4.inp has coordinates x 4.97135e+06..4.99e+06, y 3.9056e+06..3.92e+06, which are not longitude/"
+        "latitude degrees: give their CRS with --crs EPSG:NNNN, or place a schematic drawing with "
+        "--center LON,LAT (and --scale metres per drawn unit)"
+    )
+    # Inside the degree ranges, but 60 "degrees" wide: a schematic drawing, not a water network's extent.
+    assert "x 10..70, y 10..70" in geographic_or_refusal([(10, 10), (70, 70)], file_name="Net1.inp")
+    assert "has no coordinates" in geographic_or_refusal([], file_name="empty.inp")
