@@ -92,6 +92,39 @@ _ALIASES = {
     "ppm": "mg/L",
     "mh2o": "meter_H2O",
     "m_h2o": "meter_H2O",
+    "m h2o": "meter_H2O",
+    "ft h2o": "foot_H2O",
+    "ft_h2o": "foot_H2O",
+    "fth2o": "foot_H2O",
+    # Spellings users write in upper case or with a gauge suffix (issue 40 item 2). A gauge pressure (psig,
+    # kPag, barg) is what a pressure head is: the pressure above the atmosphere's.
+    "psi": "psi",
+    "psig": "psi",
+    "kpa": "kPa",
+    "kpag": "kPa",
+    "bar": "bar",
+    "barg": "bar",
+    "pa": "Pa",
+    "gpm": "gpm",
+    "mgd": "MGD",
+    "cfs": "cfs",
+    "lps": "L/s",
+    "ft": "ft",
+    "m": "m",
+    "cm": "cm",
+    "mg/l": "mg/L",
+}
+#: What a device's unit may be written as, per quantity (case and spaces do not matter): named in the
+#: refusal of any other spelling, so a user can correct the file.
+ACCEPTED_UNITS: dict[str, tuple[str, ...]] = {
+    "pressure": ("m", "ft", "psi", "psig", "kPa", "bar", "Pa", "m H2O", "ft H2O"),
+    "flow": ("m3/s", "L/s", "m3/h", "gpm", "MGD", "cfs"),
+    "level": ("m", "ft", "cm"),
+    "pump_status": ("on/off",),
+    "pump_speed": ("1", "%"),
+    "valve_position": ("%", "1"),
+    "chlorine": ("mg/L", "ppm"),
+    "temperature": ("degC", "degF", "K"),
 }
 #: Storage units in pint's spelling.
 _PINT_STORAGE = {
@@ -122,7 +155,11 @@ class Conversion:
 
 def _pint_name(unit: str) -> str:
     text = unit.strip()
-    return _ALIASES.get(text.lower(), text)
+    return _ALIASES.get(" ".join(text.lower().split()), text)
+
+
+def _accepted(quantity: str) -> str:
+    return ", ".join(ACCEPTED_UNITS[quantity])
 
 
 @cache
@@ -143,7 +180,7 @@ def conversion(quantity: str, unit: str) -> Conversion:
     try:
         native = _ureg.Unit(name)
     except (pint.UndefinedUnitError, pint.DefinitionSyntaxError, ValueError, TypeError, AttributeError) as exc:
-        raise UnitError(f"unknown unit {unit!r}") from exc
+        raise UnitError(f"unknown unit {unit!r} for {quantity} (accepted: {_accepted(quantity)})") from exc
     target = _PINT_STORAGE[spec.storage_unit]
     if quantity == "pressure" and native.dimensionality != _ureg.Unit("meter").dimensionality:
         target = "meter_H2O"  # a pressure: to metres of water head
@@ -151,5 +188,7 @@ def conversion(quantity: str, unit: str) -> Conversion:
         zero = _ureg.Quantity(0.0, native).to(target).magnitude
         one = _ureg.Quantity(1.0, native).to(target).magnitude
     except pint.DimensionalityError as exc:
-        raise UnitError(f"unit {unit!r} cannot express {quantity} (stored in {spec.storage_unit})") from exc
+        raise UnitError(
+            f"unit {unit!r} cannot express {quantity} (stored in {spec.storage_unit}; accepted: {_accepted(quantity)})"
+        ) from exc
     return Conversion(scale=float(one - zero), offset=float(zero))
