@@ -156,6 +156,24 @@ STORAGES = {
 # Data directory for files the service owns (the dev issuer's key lives here, mode 0600).
 TJWATER_DATA_DIR = Path(env.str("TJWATER_DATA_DIR", default=str(BASE_DIR / "var")))
 
+# --- Bounds on what comes from outside (issue 41) ----------------------------------------------------
+# Every importer (import_network, import_gis, import_scada_devices, import_scada, upload forms) reads
+# within these, whatever the file: a longer line or field, more columns or features, a bigger or more
+# compressed archive member, or a time outside the years is refused by line / field / member.
+TJWATER_IMPORT_MAX_LINE_BYTES = env.int("TJWATER_IMPORT_MAX_LINE_BYTES", default=1024 * 1024)
+TJWATER_IMPORT_MAX_FIELD_BYTES = env.int("TJWATER_IMPORT_MAX_FIELD_BYTES", default=64 * 1024)
+TJWATER_IMPORT_MAX_COLUMNS = env.int("TJWATER_IMPORT_MAX_COLUMNS", default=10_000)
+TJWATER_IMPORT_MAX_FEATURES = env.int("TJWATER_IMPORT_MAX_FEATURES", default=1_000_000)
+TJWATER_IMPORT_MAX_UNPACKED_BYTES = env.int("TJWATER_IMPORT_MAX_UNPACKED_BYTES", default=8 * 1024**3)
+TJWATER_IMPORT_MAX_RATIO = env.int("TJWATER_IMPORT_MAX_RATIO", default=200)
+TJWATER_IMPORT_MIN_YEAR = env.int("TJWATER_IMPORT_MIN_YEAR", default=1970)
+TJWATER_IMPORT_MAX_YEAR = env.int("TJWATER_IMPORT_MAX_YEAR", default=2100)
+# Endpoints (REST; /mcp has its own): a body over this is refused 413 before it is parsed (Django's
+# DATA_UPLOAD_MAX_MEMORY_SIZE is the same number), and JSON nested deeper than this is refused 400.
+TJWATER_REQUEST_MAX_BYTES = env.int("TJWATER_REQUEST_MAX_BYTES", default=1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = TJWATER_REQUEST_MAX_BYTES
+TJWATER_JSON_MAX_DEPTH = env.int("TJWATER_JSON_MAX_DEPTH", default=64)
+
 # GDAL on Debian 12 is 3.6; GeoDjango warns that < 3.9 is deprecated. Nothing here needs newer GDAL.
 SILENCED_SYSTEM_CHECKS = ["gis.W001"]
 
