@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from queries.schemas.common import ResultEnvelope
+from queries.units import declared
 
 JsonKind = Literal["object", "array", "string", "number", "boolean", "null"]
 
@@ -21,11 +22,14 @@ class JsonPage(BaseModel):
 
     data_path: list[str]
     kind: JsonKind
-    total: int | None
-    offset: int
-    limit: int
+    total: int | None = Field(json_schema_extra=declared("count"))
+    offset: int = Field(json_schema_extra=declared("index"))
+    limit: int = Field(json_schema_extra=declared("count"))
     has_more: bool
-    page_bytes: int = Field(description="Size of this page's JSON text in bytes (the 8 MiB ceiling applies).")
+    page_bytes: int = Field(
+        json_schema_extra=declared("byte"),
+        description="Size of this page's JSON text in bytes (the 8 MiB ceiling applies).",
+    )
     items: list[Any] | None = None
     text: str | None = None
     value: Any = None
@@ -38,9 +42,11 @@ class EvidencePage(JsonPage):
     evidence_uri: str
     tool: str
     snapshot_source: str
-    run_id: int
+    run_id: int = Field(json_schema_extra=declared("index"))
     created_at: datetime
-    byte_size: int = Field(description="Size of the whole document in its RFC 8785 form.")
+    byte_size: int = Field(
+        json_schema_extra=declared("byte"), description="Size of the whole document in its RFC 8785 form."
+    )
     sha256: str = Field(description="SHA-256 (hex) of the whole document's RFC 8785 form.")
 
 
@@ -49,14 +55,14 @@ class TaskEvidenceResult(ResultEnvelope[EvidencePage]):
 
 
 class RunSummary(BaseModel):
-    run_id: int
-    sequence: int
+    run_id: int = Field(json_schema_extra=declared("index"))
+    sequence: int = Field(json_schema_extra=declared("index"))
     status: str
     lease_expires_at: datetime | None
 
 
 class RevisionSummary(BaseModel):
-    revision: int
+    revision: int = Field(json_schema_extra=declared("index"))
     created_at: datetime
 
 
@@ -64,14 +70,16 @@ class TaskContextData(BaseModel):
     """The bound task: a fixed summary, plus (with ``section``) one page of one section of one report
     revision. ``is_full_report`` is always false: this is a preview, never the full report."""
 
-    task_id: int
+    task_id: int = Field(json_schema_extra=declared("index"))
     title: str
     status: str
-    bound_run_id: int
+    bound_run_id: int = Field(json_schema_extra=declared("index"))
     current_run: RunSummary | None
     report_revisions: list[RevisionSummary]
-    report_revisions_total: int
-    report_revision: int | None = Field(description="The revision this answer reads (null: none bound).")
+    report_revisions_total: int = Field(json_schema_extra=declared("count"))
+    report_revision: int | None = Field(
+        json_schema_extra=declared("index"), description="The revision this answer reads (null: none bound)."
+    )
     revision_source: Literal["pinned", "bound_to_context", "none"]
     sections: list[str]
     section: str | None = None

@@ -24,6 +24,7 @@ from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
 from queries import models as m
 from queries.admin_chart import device_chart_svg
 from queries.services.baseline_jobs import NotCancellable, baseline_job_cancel
+from queries.units import scada_shown
 
 
 class EstimatedCountPaginator(Paginator[Any]):
@@ -127,10 +128,19 @@ class NetworkSchemaAdmin(ReadOnlyAdmin):
 
 @admin.register(m.ScadaDevice)
 class ScadaDeviceAdmin(ReadOnlyAdmin):
-    list_display = ("device_id", "project", "name", "quantity", "unit", "native_unit", "element_type", "element_id")
+    list_display = (
+        "device_id", "project", "name", "quantity", "shown_unit", "native_unit", "element_type", "element_id",
+    )  # fmt: skip
     list_filter = ("project", "quantity")
+    list_select_related = ("project",)
     search_fields = ("=device_id", "name")
     readonly_fields = ("readings_against_the_model",)
+
+    @admin.display(description="unit")
+    def shown_unit(self, obj: m.ScadaDevice) -> str:
+        """The unit the project reads this device in (its unit system's: ``queries.units``), as the tools."""
+        how = scada_shown(obj.quantity, obj.project.unit_system)
+        return how[0].label if how is not None else obj.unit
 
     @admin.display(description="Last 24 h: readings against the model baseline")
     def readings_against_the_model(self, obj: m.ScadaDevice) -> str:

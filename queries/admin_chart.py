@@ -4,7 +4,9 @@ No script and no style attribute: the admin's Content-Security-Policy forbids in
 styles, and SVG presentation attributes (``stroke``, ``fill``) are neither. No CDN, no JavaScript
 library — the page stays readable where the admin runs.
 
-The window is the last 24 h of the device's readings (or nothing, said in words). Series: measured
+The window is the last 24 h of the device's readings (or nothing, said in words), its times on the
+project's clock and its values in the project's unit system (``queries.units.scada_shown``: the same
+conversion as every tool's answer). Series: measured
 (grey), cleaned (blue), model baseline of the device's element (orange, the field the device's quantity
 compares with, ``queries.scada_units``); a gap breaks a line, it is never drawn across.
 """
@@ -17,6 +19,8 @@ from html import escape
 
 from queries.models import NODE_TYPES, LinkBaseline, NodeBaseline, ScadaDevice, ScadaReading
 from queries.scada_units import QUANTITIES
+from queries.timezones import project_zone
+from queries.units import Shown, scada_shown
 
 WIDTH, HEIGHT, PAD = 760, 260, 48
 WINDOW = timedelta(hours=24)
@@ -39,6 +43,10 @@ def _series(
     if current:
         runs.append(" ".join(current))
     return runs
+
+
+def _shown(how: Shown, value: float | None) -> float | None:
+    return None if value is None else how(value)
 
 
 def device_chart_svg(device: ScadaDevice) -> str:
@@ -69,6 +77,14 @@ def device_chart_svg(device: ScadaDevice) -> str:
                 .order_by("time")
                 .values_list("time", field)[:MAX_POINTS]
             )
+    project = device.project
+    how = scada_shown(device.quantity, project.unit_system)
+    unit_label = device.unit
+    if how is not None:
+        unit_label = how[0].label
+        rows = [(t, _shown(how[0], m), _shown(how[0], c)) for t, m, c in rows]
+        model = [(t, _shown(how[0], v)) for t, v in model]
+    zone = project_zone(project)
     measured = [(t, m) for t, m, _ in rows]
     cleaned = [(t, c) for t, _, c in rows]
     values = [v for _, v in measured + cleaned + model if v is not None]
@@ -100,13 +116,14 @@ def device_chart_svg(device: ScadaDevice) -> str:
         for run in _series(data, x, y):
             parts.append(f'<polyline class="tjw-{label.replace(" ", "-")}" points="{run}" fill="none" '
                          f'stroke="{colour}" stroke-width="1.5"{dash}/>')  # fmt: skip
-    unit = escape(device.unit)
+    unit = escape(unit_label)
+    local_start, local_end = start.astimezone(zone), end.astimezone(zone)
     parts += [
         f'<text x="{PAD}" y="{PAD - 8}" font-size="12" fill="#333">{hi:.3g} {unit}</text>',
         f'<text x="{PAD}" y="{HEIGHT - PAD + 16}" font-size="12" fill="#333">{lo:.3g} {unit} · '
-        f"{start:%Y-%m-%d %H:%M}Z</text>",
+        f"{local_start:%Y-%m-%d %H:%M} {escape(local_start.tzname() or '')}</text>",
         f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 16}" font-size="12" fill="#333" text-anchor="end">'
-        f"{end:%Y-%m-%d %H:%M}Z</text>",
+        f"{local_end:%Y-%m-%d %H:%M} {escape(local_end.tzname() or '')} ({escape(zone.key)})</text>",
         f'<text x="{WIDTH - PAD}" y="{PAD - 8}" font-size="12" text-anchor="end"><tspan fill="#999999">measured'
         '</tspan> · <tspan fill="#1f77b4">cleaned</tspan> · <tspan fill="#ff7f0e">model baseline'
         f"{'' if model else ' (none in this window)'}</tspan></text>",

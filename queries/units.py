@@ -41,6 +41,23 @@ Q_BULK_RATE = "bulk_rate"  # first-order bulk reaction coefficient
 Q_WALL_RATE = "wall_rate"  # first-order wall reaction coefficient
 Q_ROUGHNESS = "roughness"  # by the project's headloss formula
 Q_EMITTER = "emitter_coefficient"
+# SCADA-only quantities (a device measures them; no model field is one): chlorine is read in mg/L in both
+# systems, temperature in °C or °F — an absolute temperature with pint's offset, a difference (an
+# accuracy, a deviation) without it.
+Q_CHLORINE = "chlorine"
+Q_TEMPERATURE = "temperature"
+Q_TEMPERATURE_DELTA = "temperature_difference"
+
+#: A SCADA device's quantity → the quantity its readings are (absolute values, then differences: accuracy,
+#: deviation). State quantities (pump status and speed, valve position) have no unit system: not listed,
+#: their storage labels stay.
+SCADA_QUANTITY: dict[str, tuple[str, str]] = {
+    "pressure": (Q_PRESSURE, Q_PRESSURE),
+    "flow": (Q_FLOW, Q_FLOW),
+    "level": (Q_LENGTH, Q_LENGTH),
+    "chlorine": (Q_CHLORINE, Q_CHLORINE),
+    "temperature": (Q_TEMPERATURE, Q_TEMPERATURE_DELTA),
+}
 
 #: quantity → (stored unit in pint syntax, SI label, US label, US pint unit). SI is shown as stored
 #: except where the stored SI unit is not what anyone reads (kg/m³ of chlorine: shown in mg/L).
@@ -59,6 +76,9 @@ _TABLE: dict[str, tuple[str, str, str, str]] = {
     Q_BULK_RATE: ("1/s", "1/s", "1/day", "1/day"),
     Q_WALL_RATE: ("m/s", "m/s", "ft/day", "ft/day"),
     Q_EMITTER: ("m**3/s/m_H2O**0.5", "m3/s/m^0.5", "gpm/psi^0.5", "gallon/minute/psi**0.5"),
+    Q_CHLORINE: ("mg/L", "mg/L", "mg/L", "mg/L"),
+    Q_TEMPERATURE: ("degC", "degC", "degF", "degF"),
+    Q_TEMPERATURE_DELTA: ("delta_degC", "degC", "degF", "delta_degF"),
 }
 #: Quality by the network's quality type: (stored pint unit, SI label, SI pint unit, US label, US pint unit).
 _QUALITY: dict[str, tuple[str, str, str, str, str]] = {
@@ -73,14 +93,26 @@ _DW_ROUGHNESS = ("m", "m", "mm", "ft", "ft")
 
 @dataclass(frozen=True, slots=True)
 class Shown:
-    """How one quantity is shown in one unit system: its label and the factor from the stored value."""
+    """How one quantity is shown in one unit system: its label, and ``shown = stored · factor + offset``
+    (the offset is non-zero only for an absolute temperature in °F)."""
 
     label: str
     factor: float
+    offset: float = 0.0
 
     @property
     def identity(self) -> bool:
-        return self.factor == 1.0
+        return self.factor == 1.0 and self.offset == 0.0
+
+    def __call__(self, value: float) -> float:
+        """The stored ``value`` as shown, to 6 significant digits (R-ONB-3: a converted number carries no
+        more digits than the conversion knows — never ``147.00000000000003``)."""
+        return _sig6(value * self.factor + self.offset)
+
+
+def _sig6(value: float) -> float:
+    """``value`` to 6 significant digits (its cost per value: mcp_app/README.md "Measuring")."""
+    return float(f"{value:.6g}")
 
 
 def _derive() -> dict[tuple[str, str, str, str], Shown]:
@@ -90,10 +122,16 @@ def _derive() -> dict[tuple[str, str, str, str], Shown]:
     def factor(stored: str, shown: str) -> float:
         return float(ureg.Quantity(1.0, stored).to(shown).magnitude)
 
+    def linear(label: str, stored: str, shown: str) -> Shown:
+        """``shown = stored · factor + offset``, both from pint (0 and 1 converted: offset units too)."""
+        zero = float(ureg.Quantity(0.0, stored).to(shown).magnitude)
+        one = float(ureg.Quantity(1.0, stored).to(shown).magnitude)
+        return Shown(label, one - zero, zero)
+
     out: dict[tuple[str, str, str, str], Shown] = {}
     for quantity, (stored, si_label, us_label, us_unit) in _TABLE.items():
-        out[(quantity, "SI", "", "")] = Shown(si_label, factor(stored, stored))
-        out[(quantity, "US", "", "")] = Shown(us_label, factor(stored, us_unit))
+        out[(quantity, "SI", "", "")] = linear(si_label, stored, stored)
+        out[(quantity, "US", "", "")] = linear(us_label, stored, us_unit)
     for qtype, (stored, si_label, si_unit, us_label, us_unit) in _QUALITY.items():
         out[(Q_QUALITY, "SI", qtype, "")] = Shown(si_label, factor(stored, si_unit))
         out[(Q_QUALITY, "US", qtype, "")] = Shown(us_label, factor(stored, us_unit))
@@ -117,62 +155,152 @@ def shown(quantity: str, *, unit_system: str, quality_type: str = "NONE", headlo
     return FACTORS.get((quantity, unit_system, "", ""))
 
 
+#: Declarations of a numeric output field's quantity (R-ONB-3), in the field's JSON Schema as
+#: ``x-quantity``: a quantity of this module (a fixed one, e.g. ``Q_FLOW``), or a kind saying where the
+#: quantity comes from, or what a unitless number is. ``tests/queries/test_units_declared.py`` walks every
+#: registered tool's output schema and fails on a number without one.
+BY_FIELD = "by_field"  # the envelope's ``units`` under this field's name (or under the model's ``field``)
+BY_DEVICE = "by_device"  # a SCADA device's reading: the device's quantity (its ``quantity``, or the result's map)
+BY_DEVICE_DELTA = "by_device_delta"  # a difference of readings (accuracy, deviation) of that quantity
+DEVICE_UNIT = "device_unit"  # the label (a string) of the device's quantity in the project's system
+#: Numbers whose unit is fixed by their meaning, whatever the unit system: counts, indexes and sequence
+#: numbers, fractions, seconds, degrees of longitude/latitude, years, bytes, and metres where the field's
+#: name says so (``distance_m``, ``radius_m``); ``as_imported``: the attributes of a utility's own GIS or
+#: peripheral records, in whatever unit its file had (a GIS attribute carries none); ``own_unit``: a
+#: record that names its unit beside the value (a field observation, a lab result).
+UNITLESS = frozenset({"count", "index", "fraction", "s", "degree", "year", "byte", "m", "as_imported", "own_unit"})
+KINDS = frozenset({BY_FIELD, BY_DEVICE, BY_DEVICE_DELTA, DEVICE_UNIT, *UNITLESS})
+
+
+def declared(kind: str) -> dict[str, Any]:
+    """``json_schema_extra`` declaring a field's quantity: ``Field(json_schema_extra=declared("count"))``."""
+    if kind not in KINDS and kind not in QUANTITIES:
+        raise ValueError(f"unknown quantity kind {kind!r}")
+    return {"x-quantity": kind}
+
+
+def _device_fields(cls: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """``(field, kind)`` of a model's fields declared per device (cached per class, read once)."""
+    plan = _DEVICE_PLANS.get(cls)
+    if plan is None:
+        found = []
+        for name, info in cls.model_fields.items():
+            extra = info.json_schema_extra
+            kind = extra.get("x-quantity") if isinstance(extra, dict) else None
+            if kind in (BY_DEVICE, BY_DEVICE_DELTA, DEVICE_UNIT):
+                found.append((name, str(kind)))
+        plan = _DEVICE_PLANS[cls] = tuple(found)
+    return plan
+
+
+_DEVICE_PLANS: dict[type[BaseModel], tuple[tuple[str, str], ...]] = {}
+
+
 def present(result: BaseModel, scope: Any) -> BaseModel:
-    """Relabel ``result.units`` for the scope's project and scale the numbers of the fields whose factor is
-    not 1, in place (the result was built for this call). Labels that are not quantities are units
-    already (e.g. ``s``, ``degree``, a SCADA device's own unit) and stay as they are."""
+    """Relabel ``result.units`` for the scope's project and convert the numbers, in place (the result was
+    built for this call). Labels that are not quantities are units already (e.g. ``s``, ``degree``) and
+    stay as they are. SCADA results name each device's quantity in ``_device_quantities`` (a private
+    attribute of the envelope: device id → SCADA quantity): the device fields of their models are
+    converted by it, and ``units`` under the same key gets its label."""
     units: dict[str, str] | None = getattr(result, "units", None)
-    if not units:
+    devices: dict[str, str] | None = getattr(result, "_device_quantities", None)
+    if not units and not devices:
         return result
     system = getattr(scope, "unit_system", "SI")
     qtype = getattr(scope, "quality_type", "NONE")
     formula = getattr(scope, "headloss_formula", "H-W")
-    scale: dict[str, float] = {}
-    for name, label in list(units.items()):
+    scale: dict[str, Shown] = {}
+    for name, label in list((units or {}).items()):
         if label not in QUANTITIES:
             continue
         how = shown(label, unit_system=system, quality_type=qtype, headloss=formula)
         if how is None and label == Q_QUALITY and qtype == "":
-            units[name] = "unknown: the quality type was not recorded (re-import the network)"
+            units[name] = "unknown: the quality type was not recorded (re-import the network)"  # type: ignore[index]
             continue
         if how is None:
-            units[name] = ""  # unitless here (H-W/C-M roughness; quality without a quality simulation)
+            units[name] = ""  # type: ignore[index]  # unitless here (H-W/C-M roughness; no quality simulation)
             continue
-        units[name] = how.label
+        units[name] = how.label  # type: ignore[index]
         if not how.identity:
-            scale[name] = how.factor
-    if scale:
-        _scale(result.data, scale)  # type: ignore[attr-defined]
+            scale[name] = how
+    per_device: dict[str, tuple[Shown, Shown]] = {}
+    if devices and system != "SI":  # SI labels and numbers are the storage units': nothing to do
+        for device_id, scada in devices.items():
+            pair = scada_shown(scada, system)
+            if pair is not None:
+                per_device[device_id] = pair
+                if units is not None and device_id in units:
+                    units[device_id] = pair[0].label
+    if scale or per_device:
+        _scale(result.data, scale, _ScadaIn(system, per_device))  # type: ignore[attr-defined]
     return result
 
 
-def _scale(obj: Any, scale: Mapping[str, float], value_factor: float | None = None) -> None:
-    """Multiply, in place, every number held under a key of ``scale`` (and, in a page of one field's
-    values — a model whose ``field`` names it — every ``value``). Pydantic models keep their fields in
-    ``__dict__``, which is read and written directly (no validation: the numbers stay numbers)."""
+def scada_shown(scada: str, system: str) -> tuple[Shown, Shown] | None:
+    """How a SCADA quantity's readings and their differences are shown in ``system`` (None: a state,
+    shown as stored). The admin's device chart uses it too."""
+    pair = SCADA_QUANTITY.get(scada)
+    if pair is None:
+        return None
+    return FACTORS[(pair[0], system, "", "")], FACTORS[(pair[1], system, "", "")]
+
+
+@dataclass(frozen=True, slots=True)
+class _ScadaIn:
+    """The SCADA side of one ``present``: the unit system and each named device's (values, differences)."""
+
+    system: str
+    devices: Mapping[str, tuple[Shown, Shown]]
+
+    def of(self, fields: Mapping[str, Any]) -> tuple[Shown, Shown] | None:
+        own = fields.get("quantity")
+        if isinstance(own, str) and own in SCADA_QUANTITY:
+            return scada_shown(own, self.system)
+        device_id = fields.get("device_id")
+        return self.devices.get(device_id) if isinstance(device_id, str) else None
+
+
+def _scale(obj: Any, scale: Mapping[str, Shown], scada: _ScadaIn, value_how: Shown | None = None) -> None:
+    """Convert, in place, every number held under a key of ``scale`` (and, in a page of one field's
+    values — a model whose ``field`` names it — every ``value``), and the device fields of SCADA models.
+    Pydantic models keep their fields in ``__dict__``, which is read and written directly (no validation:
+    the numbers stay numbers)."""
     if isinstance(obj, list):
         for item in obj:
             if type(item) not in _SCALARS:
-                _scale(item, scale, value_factor)
+                _scale(item, scale, scada, value_how)
         return
+    device_plan: tuple[tuple[str, str], ...] = ()
     if isinstance(obj, BaseModel):
         fields = obj.__dict__
         field_name = fields.get("field")
         if isinstance(field_name, str) and field_name in scale:
-            value_factor = scale[field_name]
+            value_how = scale[field_name]
+        device_plan = _device_fields(type(obj))
     elif isinstance(obj, dict):
         fields = obj
     else:
         return
-    for key, factor in scale.items():
+    for key, how in scale.items():
         value: Any = fields.get(key)
         if type(value) in _NUMBERS:
-            fields[key] = value * factor
-    if value_factor is not None and type(fields.get("value")) in _NUMBERS:
-        fields["value"] = fields["value"] * value_factor
+            fields[key] = how(value)
+    if value_how is not None and type(fields.get("value")) in _NUMBERS:
+        fields["value"] = value_how(fields["value"])
+    if device_plan:
+        pair = scada.of(fields)
+        if pair is not None:
+            for key, kind in device_plan:
+                if kind == DEVICE_UNIT:
+                    fields[key] = pair[0].label
+                    continue
+                how = pair[0] if kind == BY_DEVICE else pair[1]
+                value = fields.get(key)
+                if type(value) in _NUMBERS and not how.identity:
+                    fields[key] = how(value)
     for value in fields.values():
         if type(value) not in _SCALARS:
-            _scale(value, scale, value_factor)
+            _scale(value, scale, scada, value_how)
 
 
 _NUMBERS = frozenset({float, int})

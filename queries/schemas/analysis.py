@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
+from queries.units import BY_FIELD, declared
 
 RunStatusName = Literal["queued", "running", "succeeded", "failed"]
 NodeField = Literal["pressure", "head", "demand", "quality", "leak_demand"]
@@ -39,7 +40,7 @@ class AnalysisRunPage(Page[AnalysisRunSummary]):
 
 class ResultTypeCount(BaseModel):
     result_type: str
-    count: int
+    count: int = Field(json_schema_extra=declared("count"))
 
 
 class AnalysisRunDetail(AnalysisRunSummary):
@@ -62,7 +63,7 @@ class AnalysisResultItem(BaseModel):
     """One result of a run, typed by ``result_type`` (e.g. ``leak``, ``affected_nodes``,
     ``isolation_segment``) with its payload and the elements it refers to."""
 
-    sequence: int
+    sequence: int = Field(json_schema_extra=declared("index"))
     result_type: str
     payload: dict[str, Any]
     element_refs: list[ElementRef]
@@ -77,7 +78,7 @@ class AnalysisResultPage(Page[AnalysisResultItem]):
 
 class SeriesPoint(BaseModel):
     time: datetime
-    value: float | None
+    value: float | None = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class AnalysisSeriesData(BaseModel):
@@ -94,7 +95,7 @@ class AnalysisSeriesData(BaseModel):
 
 class ElementValue(BaseModel):
     element_id: str
-    value: float | None
+    value: float | None = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class AnalysisValuesPage(Page[ElementValue]):

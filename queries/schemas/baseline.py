@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from queries.schemas.common import DataGap, Page, ResultEnvelope
+from queries.units import BY_FIELD, declared
 
 ElementType = Literal["junction", "pipe", "valve", "pump", "tank", "reservoir"]
 BaselineField = Literal["pressure", "head", "demand", "quality", "flow", "velocity", "headloss", "status", "setting"]
@@ -25,7 +26,7 @@ class BaselinePoint(BaseModel):
 
     element_id: str
     time: datetime
-    values: dict[str, BaselineValue]
+    values: dict[str, BaselineValue] = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class BaselineSeriesPage(Page[BaselinePoint]):
@@ -51,12 +52,12 @@ class BaselineAtTime(BaseModel):
     element_id: str
     requested_time: datetime
     time: datetime
-    values: dict[str, BaselineValue]
+    values: dict[str, BaselineValue] = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class BaselineFieldValue(BaseModel):
     element_id: str
-    value: BaselineValue
+    value: BaselineValue = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class BaselineFieldPage(Page[BaselineFieldValue]):

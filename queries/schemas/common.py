@@ -6,9 +6,10 @@ from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from contexts.errors import LimitExceeded
+from queries.units import declared
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 500
@@ -53,9 +54,9 @@ class PageInfo(BaseModel):
     """Where a page sits in its collection. ``total`` is null when there is no stable total, or above the
     exact-count threshold (``queries.paging``)."""
 
-    total: int | None = Field(description=TOTAL_DESCRIPTION)
-    limit: int
-    offset: int
+    total: int | None = Field(json_schema_extra=declared("count"), description=TOTAL_DESCRIPTION)
+    limit: int = Field(json_schema_extra=declared("count"))
+    offset: int = Field(json_schema_extra=declared("index"))
     has_more: bool
 
 
@@ -63,9 +64,9 @@ class Page(BaseModel, Generic[ItemT]):
     """A page of a collection (R-PAGE-1): ``items, total, limit, offset, has_more``."""
 
     items: list[ItemT]
-    total: int | None = Field(description=TOTAL_DESCRIPTION)
-    limit: int
-    offset: int
+    total: int | None = Field(json_schema_extra=declared("count"), description=TOTAL_DESCRIPTION)
+    limit: int = Field(json_schema_extra=declared("count"))
+    offset: int = Field(json_schema_extra=declared("index"))
     has_more: bool
 
     def info(self) -> PageInfo:
@@ -112,6 +113,8 @@ class ResultEnvelope(BaseModel, Generic[DataT]):
     continue_with: dict[str, Any] | None = None
     data_gaps: list[DataGap] = Field(default_factory=list)
     evidence_id: str | None = None
+    #: SCADA results: device id → its SCADA quantity, for ``queries.units.present`` (not serialised).
+    _device_quantities: dict[str, str] = PrivateAttr(default_factory=dict)
 
 
 def check_series_bytes(points: Any) -> int:

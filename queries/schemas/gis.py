@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.common import ResultEnvelope
 from queries.schemas.network import ElementType, Scalar
+from queries.units import declared
 
 #: GIS attribute values as delivered (JSON scalars; nested values are kept as they are).
 GisValue = Scalar | list[object] | dict[str, object]
@@ -19,11 +20,11 @@ class ElementGisAttributes(BaseModel):
     element_type: ElementType
     element_id: str
     material: str | None
-    install_year: int | None
+    install_year: int | None = Field(json_schema_extra=declared("year"))
     diameter_class: str | None
     district: str | None
     road: str | None
-    properties: dict[str, GisValue]
+    properties: dict[str, GisValue] = Field(json_schema_extra=declared("as_imported"))
 
 
 class GisLayerInfo(BaseModel):
@@ -50,9 +51,9 @@ class SourceGisFeature(BaseModel):
 
     layer: GisLayerInfo
     source_fid: str
-    properties: dict[str, GisValue]
+    properties: dict[str, GisValue] = Field(json_schema_extra=declared("as_imported"))
     geometry_type: str | None
-    bbox: list[float] | None = Field(default=None, min_length=4, max_length=4)
+    bbox: list[float] | None = Field(json_schema_extra=declared("degree"), default=None, min_length=4, max_length=4)
     matched_element: ModelElementRef | None
 
 

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
+from queries.units import BY_FIELD, DEVICE_UNIT, declared
 
 HistoryMode = Literal["observed", "realtime_comparison", "analysis_comparison"]
 PointOrigin = Literal["measured", "cleaned", "model_baseline", "analysis_run"]
@@ -26,7 +27,7 @@ class HistoryDevice(BaseModel):
 
     device_id: str
     quantity: str
-    unit: str
+    unit: str = Field(json_schema_extra=declared(DEVICE_UNIT))
     element_type: str
     element_id: str
 
@@ -43,7 +44,7 @@ class HistoryPoint(BaseModel):
     element_id: str
     field: str
     time: datetime
-    value: float | None
+    value: float | None = Field(json_schema_extra=declared(BY_FIELD))
     quality: str | None
 
 

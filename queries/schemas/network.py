@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
+from queries.units import BY_FIELD, declared
 
 ElementType = Literal["junction", "pipe", "valve", "pump", "tank", "reservoir"]
 OptionKindName = Literal["hydraulic", "time", "energy", "pump_energy"]
@@ -32,7 +33,7 @@ class ElementProperties(BaseModel):
 
     element_type: ElementType
     element_id: str
-    properties: dict[str, Scalar]
+    properties: dict[str, Scalar] = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class ElementPage(Page[ElementProperties]):
@@ -44,7 +45,7 @@ class NetworkOptionsData(BaseModel):
 
     kind: OptionKindName
     pump_id: str | None
-    values: dict[str, Scalar]
+    values: dict[str, Scalar] = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class SchemaProperty(BaseModel):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
+from queries.units import declared
 
 PeripheralSource = Literal["points", "work_orders", "observations", "test_data"]
 JsonScalar = str | float | int | bool | None
@@ -26,11 +27,13 @@ class PeripheralPointItem(BaseModel):
     point_id: str
     name: str
     kind: str
-    longitude: float
-    latitude: float
+    longitude: float = Field(json_schema_extra=declared("degree"))
+    latitude: float = Field(json_schema_extra=declared("degree"))
     element_type: ElementType | None
     element_id: str | None
-    properties: dict[str, JsonScalar | list[object] | dict[str, object]]
+    properties: dict[str, JsonScalar | list[object] | dict[str, object]] = Field(
+        json_schema_extra=declared("as_imported")
+    )
     synthetic: bool
 
 
@@ -56,7 +59,7 @@ class ObservationItem(BaseModel):
     point_id: str
     recorded_at: datetime
     quantity: str
-    value: float | None
+    value: float | None = Field(json_schema_extra=declared("own_unit"))
     unit: str
     note: str
     observer: str
@@ -73,7 +76,7 @@ class TestDataItem(BaseModel):
     point_id: str
     recorded_at: datetime
     parameter: str
-    value: float
+    value: float = Field(json_schema_extra=declared("own_unit"))
     unit: str
     method: str
     lab: str

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.analysis import RunStatusName
 from queries.schemas.common import Page, ResultEnvelope
+from queries.units import declared
 
 
 class SensorPlacementRunSummary(BaseModel):
@@ -18,8 +19,8 @@ class SensorPlacementRunSummary(BaseModel):
     status: RunStatusName
     title: str
     objective: str
-    objective_value: float | None
-    sensor_count: int = Field(description="How many sensors the run selected")
+    objective_value: float | None = Field(json_schema_extra=declared("fraction"))
+    sensor_count: int = Field(json_schema_extra=declared("count"), description="How many sensors the run selected")
     parameters: dict[str, Any]
     created_at: datetime
     finished_at: datetime | None
@@ -32,10 +33,10 @@ class SensorPlacementRunPage(Page[SensorPlacementRunSummary]):
 class SelectedSensor(BaseModel):
     """One chosen sensor location, in rank order, with the objective it added (greedy marginal gain)."""
 
-    rank: int
+    rank: int = Field(json_schema_extra=declared("index"))
     element_type: str
     element_id: str
-    marginal_gain: float | None
+    marginal_gain: float | None = Field(json_schema_extra=declared("fraction"))
 
 
 class SensorPlacementRunDetail(Page[SelectedSensor]):

@@ -10,17 +10,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from queries.schemas.baseline import BaselineField, BaselineValue, ElementType
 from queries.schemas.common import Page, ResultEnvelope
+from queries.units import BY_DEVICE_DELTA, BY_FIELD, DEVICE_UNIT, declared
 
 Quantity = Literal["pressure", "flow", "level"]
 
 
 class RankedValue(BaseModel):
     element_id: str
-    value: BaselineValue
+    value: BaselineValue = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class BaselineRanking(Page[RankedValue]):
@@ -46,14 +47,14 @@ class DeviceDeviation(BaseModel):
     device_id: str
     element_type: str
     element_id: str
-    unit: str
-    mean_abs_diff: float
-    max_abs_diff: float
+    unit: str = Field(json_schema_extra=declared(DEVICE_UNIT))
+    mean_abs_diff: float = Field(json_schema_extra=declared(BY_DEVICE_DELTA))
+    max_abs_diff: float = Field(json_schema_extra=declared(BY_DEVICE_DELTA))
     max_abs_diff_at: datetime
-    mean_diff: float
-    readings: int
-    expected_readings: int
-    compared: int
+    mean_diff: float = Field(json_schema_extra=declared(BY_DEVICE_DELTA))
+    readings: int = Field(json_schema_extra=declared("count"))
+    expected_readings: int = Field(json_schema_extra=declared("count"))
+    compared: int = Field(json_schema_extra=declared("count"))
     baseline_start: datetime
     baseline_end: datetime
 
@@ -63,7 +64,7 @@ class UnrankedDevice(BaseModel):
     "no deviation"."""
 
     device_id: str
-    readings: int
+    readings: int = Field(json_schema_extra=declared("count"))
     reason: Literal["no cleaned readings in the window", "no model baseline at the readings' times"]
 
 
@@ -74,9 +75,9 @@ class DeviationRanking(Page[DeviceDeviation]):
 
     quantity: Quantity
     area: dict[str, Any] | None
-    devices: int
+    devices: int = Field(json_schema_extra=declared("count"))
     unranked: list[UnrankedDevice]
-    unranked_total: int
+    unranked_total: int = Field(json_schema_extra=declared("count"))
 
 
 class BaselineRankingResult(ResultEnvelope[BaselineRanking]):

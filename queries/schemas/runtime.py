@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from queries.schemas.common import ResultEnvelope
+from queries.units import declared
 
 
 class DataSourceStatus(BaseModel):
@@ -15,7 +16,7 @@ class DataSourceStatus(BaseModel):
 
     name: str
     last_sync: datetime | None
-    freshness_s: int | None
+    freshness_s: int | None = Field(json_schema_extra=declared("s"))
     status: str | None
 
 

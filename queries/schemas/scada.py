@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from queries.schemas.common import DataGap, Page, ResultEnvelope
+from queries.units import BY_DEVICE, BY_DEVICE_DELTA, DEVICE_UNIT, declared
 
 ReadingField = Literal["monitored_value", "cleaned_value"]
 #: Every quantity the database accepts (its CHECK constraint and ``queries.scada_units.QUANTITIES``; a test
@@ -25,21 +26,22 @@ QualityFlag = Literal["good", "spike", "stuck", "gap"]
 
 
 class ScadaDeviceData(BaseModel):
-    """One measuring device: what it measures (quantity; ``unit`` = the storage unit its readings are
-    given in, ``native_unit`` = what its historian reports), on which network element, where it is
-    installed (EPSG:4326), how often it reports and its standard uncertainty (in the storage unit)."""
+    """One measuring device: what it measures (quantity; ``unit`` = the unit its readings are given in,
+    the project's unit system's for the quantity; ``native_unit`` = what its historian reports), on which
+    network element, where it is installed (EPSG:4326), how often it reports and its standard
+    uncertainty (in ``unit``; null when the device list gave none)."""
 
     device_id: str
     name: str
     quantity: QuantityName
-    unit: str
+    unit: str = Field(json_schema_extra=declared(DEVICE_UNIT))
     native_unit: str
     element_type: str
     element_id: str
-    longitude: float | None
-    latitude: float | None
-    sample_interval_s: int
-    accuracy: float
+    longitude: float | None = Field(json_schema_extra=declared("degree"))
+    latitude: float | None = Field(json_schema_extra=declared("degree"))
+    sample_interval_s: int = Field(json_schema_extra=declared("s"))
+    accuracy: float | None = Field(json_schema_extra=declared(BY_DEVICE_DELTA))
 
 
 class ScadaDevicePage(Page[ScadaDeviceData]):
@@ -52,7 +54,7 @@ class ScadaReadingPoint(BaseModel):
 
     device_id: str
     time: datetime
-    value: float | None
+    value: float | None = Field(json_schema_extra=declared(BY_DEVICE))
     quality: QualityFlag
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType, Scalar
+from queries.units import BY_FIELD, declared
 
 
 class NearbyElement(BaseModel):
@@ -15,8 +16,8 @@ class NearbyElement(BaseModel):
     the nearest point of its whole geometry, and its EPANET properties (SI units)."""
 
     element_id: str
-    distance_m: float
-    properties: dict[str, Scalar]
+    distance_m: float = Field(json_schema_extra=declared("m"))
+    properties: dict[str, Scalar] = Field(json_schema_extra=declared(BY_FIELD))
 
 
 class NearbyPage(Page[NearbyElement]):
@@ -25,10 +26,12 @@ class NearbyPage(Page[NearbyElement]):
 
     source: Literal["model_network"]
     element_type: ElementType
-    center: list[float] = Field(min_length=2, max_length=2, description="[longitude, latitude]")
+    center: list[float] = Field(
+        json_schema_extra=declared("degree"), min_length=2, max_length=2, description="[longitude, latitude]"
+    )
     center_crs: Literal["EPSG:4326"]
     distance_method: Literal["WGS84_spheroid"]
-    radius_m: float
+    radius_m: float = Field(json_schema_extra=declared("m"))
 
 
 class NearbyElementsResult(ResultEnvelope[NearbyPage]):

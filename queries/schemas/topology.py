@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
+from queries.units import Q_FLOW, declared
 
 Direction = Literal["upstream", "downstream"]
 #: Why a trace (or its dominant path) ended: a reservoir or tank was reached; downstream, a node water
@@ -29,7 +30,7 @@ class ConnectedElement(BaseModel):
 
     element_type: ElementType
     element_id: str
-    hop: int
+    hop: int = Field(json_schema_extra=declared("count"))
     start_node_id: str | None = None
     end_node_id: str | None = None
 
@@ -40,21 +41,22 @@ class ConnectedPage(Page[ConnectedElement]):
 
     element_type: ElementType
     element_id: str
-    depth: int
+    depth: int = Field(json_schema_extra=declared("count"))
 
 
 class TraceElement(BaseModel):
     """One element water passes through at ``time``. ``hop``: node-to-node steps from the start — along
     the dominant path for its elements, breadth first (the fewest) for the others; a start link and its
-    first node are hop 0. Links carry the baseline flow (m³/s, its magnitude) and the direction water moves
-    at that instant (``from_node`` → ``to_node``). ``dominant``: on the dominant path (from the start, the
-    link with the largest flow at each step, ties by id)."""
+    first node are hop 0. Links carry the baseline flow (its magnitude, in the project's flow unit:
+    ``units.flow``) and the direction water moves at that instant (``from_node`` → ``to_node``).
+    ``dominant``: on the dominant path (from the start, the link with the largest flow at each step, ties
+    by id)."""
 
     element_type: ElementType
     element_id: str
-    hop: int
+    hop: int = Field(json_schema_extra=declared("count"))
     dominant: bool
-    flow: float | None = None
+    flow: float | None = Field(default=None, json_schema_extra=declared(Q_FLOW))
     from_node: str | None = None
     to_node: str | None = None
 
@@ -79,13 +81,13 @@ class FlowTrace(BaseModel):
     direction: Direction
     requested_time: datetime
     time: datetime
-    max_elements: int
+    max_elements: int = Field(json_schema_extra=declared("count"))
     items: list[TraceElement]
     complete: bool
     stop_reason: StopReason
     dominant_path_end: TraceEnd
     ends: list[TraceEnd]
-    ends_total: int
+    ends_total: int = Field(json_schema_extra=declared("count"))
 
 
 class ConnectedElementsResult(ResultEnvelope[ConnectedPage]):

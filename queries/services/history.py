@@ -52,6 +52,7 @@ from queries.schemas.common import MAX_OFFSET, DataGap, PageInfo, PageRequest, c
 from queries.schemas.history import ElementHistoryPage, ElementHistoryResult, ElementKey, HistoryDevice, HistoryPoint
 from queries.services.analysis import require_series, run_with_span
 from queries.services.windows import MAX_LOCAL_WINDOW, local_window
+from queries.units import SCADA_QUANTITY
 
 SOURCE = "element_history"
 MAX_ELEMENTS = 20  # R-PAGE-2: at most 20 targets
@@ -63,7 +64,10 @@ MAX_POINTS = 500
 MODES = ("observed", "realtime_comparison", "analysis_comparison")
 MAX_COVERAGE_ROWS = 1443  # instants of 24 h at the smallest baseline step (60 s) + first + last
 BASELINE_STEP = timedelta(minutes=15)  # the step assumed when a window holds fewer than two instants
-UNITS = dict(STORAGE_UNITS)  # every quantity's storage unit; the model fields pressure (m), flow (m3/s) among them
+#: Each field's quantity (``queries.units``: shown in the project's unit system by ``present``); the
+#: states (pump status and speed, valve position) keep their storage labels. The model fields pressure and
+#: flow are among the names.
+UNITS = {q: SCADA_QUANTITY[q][0] if q in SCADA_QUANTITY else unit for q, unit in STORAGE_UNITS.items()}
 C = "C"  # byte-order collation: the same order on every database, whatever its default collation
 
 # The union's columns, identical in every branch (names and order): the first six are the sort key.
@@ -433,7 +437,7 @@ def query_element_history(
     fields = {d["quantity"] for d in devices} | (
         {_model_field(k.element_type) for k in elements} if mode != "observed" else set()
     )
-    return ElementHistoryResult(
+    result = ElementHistoryResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/element-history/{mode}" + (f"/{run_id}" if run_id else ""),
         queried_at=datetime.now(UTC),
@@ -445,3 +449,5 @@ def query_element_history(
         truncated=truncated,
         data_gaps=gaps,
     )
+    result._device_quantities = {d["device_id"]: d["quantity"] for d in devices}  # converted by present
+    return result

@@ -286,7 +286,7 @@ def rank_scada_deviation(
     )
     units = {"mean_abs_diff": "device unit", "max_abs_diff": "device unit", "mean_diff": "device unit"}
     units.update({d.device_id: d.unit for d in items})
-    return DeviationRankingResult(
+    result = DeviationRankingResult(
         source="scada",
         source_ref=f"project:{scope.project_slug}/scada-deviation/{quantity}?cleaned_value-vs-model_baseline"
         + (f"&{where.ref()}" if where else ""),
@@ -298,3 +298,5 @@ def rank_scada_deviation(
         page=PageInfo(total=data.total, limit=limit, offset=0, has_more=data.has_more),
         data_gaps=[where.gap(f"{quantity} device")] if where and where.district and not listed else [],
     )
+    result._device_quantities = {d.device_id: quantity for d in items}  # converted by present
+    return result

@@ -120,7 +120,7 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
     total, rows, has_more = yield from page_of(_devices, (), (scope.project_id,), page)
     items = [_device(row) for row in rows]
     data = ScadaDevicePage(items=items, total=total, limit=page.limit, offset=page.offset, has_more=has_more)
-    return ScadaDeviceListResult(
+    result = ScadaDeviceListResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/scada-devices",
         queried_at=datetime.now(UTC),
@@ -129,6 +129,8 @@ def list_scada_devices(*, scope: QueryScope, page: PageRequest) -> Plan[ScadaDev
         units=_DEVICE_UNITS,
         page=data.info(),
     )
+    result._device_quantities = {d.device_id: d.quantity for d in items}  # converted by present
+    return result
 
 
 @statement_factory
@@ -141,10 +143,10 @@ def _one_device(project_id: int, device_id: str) -> QuerySet[Any]:
 
 @statement_factory
 def _devices_named(project_id: int, *ids: str) -> QuerySet[Any]:
-    """The project's devices among the ``ids`` (key, unit, pk): a statement factory (compiled once per
+    """The project's devices among the ``ids`` (key, unit, pk, quantity): a statement factory (compiled once per
     number of ids — each id one value — then bound)."""
     named = ScadaDevice.objects.filter(project_id=project_id, device_id__in=ids)
-    return named.values_list("device_id", "unit", "id")[:MAX_TARGETS]
+    return named.values_list("device_id", "unit", "id", "quantity")[:MAX_TARGETS]
 
 
 @statement_factory
@@ -166,7 +168,7 @@ def get_scada_device(*, scope: QueryScope, device_id: str) -> Plan[ScadaDeviceRe
     if not rows:
         raise NotFound("No SCADA device with that id in this project.")
     device = _device(rows[0])
-    return ScadaDeviceResult(
+    result = ScadaDeviceResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/scada-devices/{device_id}",
         queried_at=datetime.now(UTC),
@@ -174,6 +176,9 @@ def get_scada_device(*, scope: QueryScope, device_id: str) -> Plan[ScadaDeviceRe
         data=device,
         units={**_DEVICE_UNITS, "accuracy": device.unit},
     )
+    # converted by present (the device's fields, and the label of ``units["accuracy"]``)
+    result._device_quantities = {device.device_id: device.quantity, "accuracy": device.quantity}
+    return result
 
 
 def _gaps_sql(field: str) -> str:
@@ -279,7 +284,7 @@ def query_scada_readings(
     window = time_window(start, end, timezone=scope.timezone)
     page = page or PageRequest(limit=MAX_POINTS, max_limit=MAX_POINTS)
     devices = yield _devices_named(scope.project_id, *ids)
-    units = {device_id: unit for device_id, unit, _ in devices}
+    units = {device_id: unit for device_id, unit, _, _ in devices}
     unknown = [i for i in ids if i not in units]
     if unknown:
         raise NotFound(
@@ -312,7 +317,7 @@ def query_scada_readings(
         for g in gap_rows[:MAX_GAPS]
         if g["start"] < covered_end
     ]
-    pks = [pk for _, _, pk in devices]
+    pks = [pk for _, _, pk, _ in devices]
     total = yield _readings_count(scope.project_id, window.start, covered_end, *pks)
     if total > MAX_POINTS:
         raise LimitExceeded(
@@ -344,7 +349,7 @@ def query_scada_readings(
         device_ids=ids,
     )
     cut = covered_end < window.end
-    return ScadaReadingsResult(
+    result = ScadaReadingsResult(
         source=SOURCE,
         source_ref=f"project:{scope.project_slug}/scada-readings/{field}?devices={','.join(ids)}",
         queried_at=datetime.now(UTC),
@@ -361,3 +366,5 @@ def query_scada_readings(
         ),
         data_gaps=gaps,
     )
+    result._device_quantities = {device_id: q for device_id, _, _, q in devices}  # converted by present
+    return result

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from contexts.scope import QueryScope
 from queries.plan import Plan, Raw, service
 from queries.schemas.common import ResultEnvelope
+from queries.units import declared
 
 
 class SlowQueryData(BaseModel):
-    slept_s: float
+    slept_s: float = Field(json_schema_extra=declared("s"))
 
 
 class SlowQueryResult(ResultEnvelope[SlowQueryData]):

@@ -52,6 +52,7 @@ from queries.schemas.topology import (
     TraceEnd,
 )
 from queries.services.baseline import _aware, _instant, element_instants
+from queries.units import Q_FLOW
 
 MAX_DEPTH = 3
 DEFAULT_CONNECTED_LIMIT = 100
@@ -564,7 +565,7 @@ def _trace_result(
         origin="model_baseline",
         data=data,
         window=TimeWindow(start=instant, end=instant),
-        units={"flow": "m3/s"},
+        units={"flow": Q_FLOW},
         truncated=not complete,
         continue_with=(
             {

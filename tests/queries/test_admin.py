@@ -111,6 +111,16 @@ def test_jobs_list_and_a_device_chart(superuser_client: Client, project: object,
     assert 'class="tjw-cleaned"' in svg and 'class="tjw-model-baseline"' in svg
     assert svg.count('class="tjw-measured"') == 2  # the missing slot breaks the line, never bridged
     assert "<script" not in svg and "style=" not in svg  # allowed by the admin's strict CSP
+    assert " m</text>" in svg and "UTC" in svg  # an SI project on UTC: metres of head, UTC times
+
+    # A US utility in New York (issue 40): the chart in psi, on the local clock, like every tool's answer.
+    project.unit_system, project.timezone = "US", "America/New_York"  # type: ignore[attr-defined]
+    project.save(update_fields=["unit_system", "timezone"])  # type: ignore[attr-defined]
+    page = superuser_client.get(reverse("admin:queries_scadadevice_change", args=[device.pk])).content.decode()
+    svg = page[page.index('class="tjw-device-chart"') :]
+    svg = svg[: svg.index("</svg>")]
+    assert " psi</text>" in svg and " m</text>" not in svg
+    assert "EDT" in svg and "(America/New_York)" in svg and "Z</text>" not in svg
 
 
 def test_an_operator_cancels_simulations_from_the_jobs_list(

@@ -131,7 +131,7 @@ def test_head_pressure_flow_velocity_headloss_match_wntr(chlorine: tuple[QuerySc
     si_pressure = values["pressure"]
     values, units = _baseline(us, "junction", "J2")
     assert (units["pressure"], units["head"], units["demand"]) == ("psi", "ft", "gpm")
-    assert values["pressure"] == pytest.approx(si_pressure * PSI_PER_M, rel=1e-9)
+    assert values["pressure"] == pytest.approx(si_pressure * PSI_PER_M, rel=1e-5)
     # WNTR's own psi factor (0.70325 m/psi) differs from pint's conventional water by < 0.05 %.
     assert values["pressure"] == pytest.approx(si_pressure / 0.703249614902, rel=5e-4)
     assert values["head"] == pytest.approx(float(node["head"].loc[1800, "J2"]) / FT, abs=1e-3)
@@ -145,8 +145,8 @@ def test_head_pressure_flow_velocity_headloss_match_wntr(chlorine: tuple[QuerySc
     flow_si, velocity_si = values["flow"], values["velocity"]
     values, units = _baseline(us, "pipe", "P1")
     assert (units["flow"], units["velocity"], units["headloss"]) == ("gpm", "ft/s", "ft/ft")
-    assert values["flow"] == pytest.approx(flow_si / GPM, rel=1e-9)
-    assert values["velocity"] == pytest.approx(velocity_si / FT, rel=1e-9)
+    assert values["flow"] == pytest.approx(flow_si / GPM, rel=1e-5)
+    assert values["velocity"] == pytest.approx(velocity_si / FT, rel=1e-5)
     values, units = _baseline(us, "pump", "PU1")
     assert units["headloss"] == "ft"
     assert values["headloss"] == pytest.approx(float(link["headloss"].loc[1800, "PU1"]) / FT, rel=1e-5)
@@ -155,7 +155,7 @@ def test_head_pressure_flow_velocity_headloss_match_wntr(chlorine: tuple[QuerySc
                   offset=0)  # fmt: skip
     assert field["units"] == {"pressure": "psi"}
     by_id = {item["element_id"]: item["value"] for item in field["data"]["items"]}
-    assert by_id["J2"] == pytest.approx(si_pressure * PSI_PER_M, rel=1e-9)
+    assert by_id["J2"] == pytest.approx(si_pressure * PSI_PER_M, rel=1e-5)
 
 
 def test_chemical_quality_in_mg_per_litre(chlorine: tuple[QueryScope, QueryScope]) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from contexts.scope import QueryScope
 from queries.models import Junction, Pipe, Tank
 from queries.plan import Plan, count_of, service
 from queries.registry import ELEMENT_TYPE, WEBGIS_VIEW, ToolSpec, input_object
 from queries.schemas.common import ResultEnvelope
+from queries.units import declared
 
 NAME = "test_count_elements"
 MODELS = {"junction": Junction, "pipe": Pipe, "tank": Tank}
@@ -18,7 +19,7 @@ MODELS = {"junction": Junction, "pipe": Pipe, "tank": Tank}
 
 class ElementCount(BaseModel):
     element_type: str
-    count: int
+    count: int = Field(json_schema_extra=declared("count"))
 
 
 class ElementCountResult(ResultEnvelope[ElementCount]):
