@@ -9,6 +9,12 @@ Failures of the service itself are JSON too, never Django's HTML page and never 
 PostgreSQL unreachable (connection refused, a pool checkout that times out — ``TJWATER_DB_POOL_TIMEOUT_S``,
 a dropped connection) → 503 ``DATA_SOURCE_UNAVAILABLE`` (retryable, ``Retry-After``); anything else
 unexpected → 500 ``INTERNAL_ERROR`` (not retryable), its traceback written to the server log only.
+
+A hostile or careless body is the caller's mistake, never a 500 (issue 41): over the size limit → 413
+``PAYLOAD_TOO_LARGE`` (``tjwater.bounds`` refuses it before any view; Django's ``RequestDataTooBig`` is
+mapped the same should it get through), not JSON, nested too deep, a non-finite number or NUL text → 400
+``INVALID_JSON`` naming why, a Content-Type other than JSON → 415 ``UNSUPPORTED_MEDIA_TYPE``, Django's
+other ``SuspiciousOperation`` refusals → 400 ``INVALID_REQUEST``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import logging
 from typing import Any
 
 import psycopg
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import InterfaceError, OperationalError
 from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
@@ -33,6 +41,7 @@ from contexts.authentication import (
 )
 from contexts.errors import ApplicationError, DataSourceUnavailable
 from contexts.tokens import VerifiedToken
+from tjwater.bounds import InvalidJsonBody, too_large_message
 
 # The log lines keep the logger name they had before the base moved here (``contexts.api``).
 logger = logging.getLogger("contexts.api")
@@ -141,7 +150,23 @@ def _error_response(exc: Exception) -> Response | None:
             status=status.HTTP_400_BAD_REQUEST,
         )
     if isinstance(exc, exceptions.ParseError):
-        return Response(_body("INVALID_JSON", "The request body is not valid JSON."), status=exc.status_code)
+        # tjwater.bounds' parser says why (depth, number, text, position) and never echoes the body.
+        message = str(exc.detail) if isinstance(exc, InvalidJsonBody) else "The request body is not valid JSON."
+        return Response(_body("INVALID_JSON", message), status=exc.status_code)
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        # DRF's own sentence repeats the client's Content-Type header: a fixed one instead.
+        return Response(
+            _body("UNSUPPORTED_MEDIA_TYPE", "The request body must be JSON (Content-Type: application/json)."),
+            status=exc.status_code,
+        )
+    if isinstance(exc, RequestDataTooBig):  # Django's own body limit (DATA_UPLOAD_MAX_MEMORY_SIZE)
+        limit = settings.TJWATER_REQUEST_MAX_BYTES
+        return Response(_body("PAYLOAD_TOO_LARGE", too_large_message(limit)), status=413)
+    if isinstance(exc, SuspiciousOperation):  # e.g. TooManyFieldsSent: a malformed request, the caller's
+        return Response(
+            _body("INVALID_REQUEST", "The request was refused as malformed (too many fields or a bad header)."),
+            status=status.HTTP_400_BAD_REQUEST,
+        )
     if isinstance(exc, exceptions.APIException):
         code = str(exc.default_code).upper()
         return Response(_body(code, str(exc.detail)), status=exc.status_code)

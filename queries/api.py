@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -48,6 +49,7 @@ from contexts.tokens import VerifiedToken
 from queries.arguments import bad_text_path
 from queries.plan import run_sync
 from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
+from tjwater import bounds
 
 logger = logging.getLogger("tjwater.api")
 
@@ -101,6 +103,9 @@ def _validator(tool: str) -> Draft202012Validator:
 
 
 SCALARS = ("string", "number", "integer")
+# An integer parameter outside PostgreSQL's bigint is refused here, not by the database.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+SCALAR_NAMES = {"integer": "an integer (64-bit)", "number": "a finite number", "boolean": "true or false"}
 
 
 def _items_type(prop: Mapping[str, Any]) -> str | None:
@@ -114,7 +119,8 @@ def _items_type(prop: Mapping[str, Any]) -> str | None:
 
 def _convert(name: str, raw: list[str], prop: Mapping[str, Any]) -> Any:
     """One query parameter (all its values) → the JSON value the schema expects. Scalars take one value;
-    arrays of scalars take repeated or comma-separated values; anything structured is JSON."""
+    arrays of scalars take repeated or comma-separated values; anything structured is JSON, within the
+    bounds of ``tjwater.bounds.loads`` (``TJWATER_JSON_MAX_DEPTH``; issue 41)."""
     kind = prop.get("type")
     if kind == "array" and _items_type(prop) in SCALARS:
         values = [v for item in raw for v in item.split(",")] if len(raw) == 1 else raw
@@ -122,19 +128,29 @@ def _convert(name: str, raw: list[str], prop: Mapping[str, Any]) -> Any:
     if len(raw) != 1:
         raise InvalidParameter(f"{name} takes one value.")
     value = raw[0]
+    if kind in ("array", "object"):
+        # Bounded (tjwater.bounds): depth checked before parsing, no recursion error, no non-finite number.
+        try:
+            return bounds.loads(value)
+        except bounds.InvalidJson as exc:
+            raise InvalidParameter(f"{name[:64]} is not valid JSON: {exc}.") from None
     try:
         if kind == "integer":
-            return int(value)
+            number = int(value)  # a ValueError past Python's digit limit
+            if not INT64_MIN <= number <= INT64_MAX:
+                raise ValueError(value)
+            return number
         if kind == "number":
-            return float(value)
+            real = float(value)
+            if not math.isfinite(real):  # "1e999999", "inf", "nan"
+                raise ValueError(value)
+            return real
         if kind == "boolean":
             if value not in ("true", "false"):
                 raise ValueError(value)
             return value == "true"
-        if kind in ("array", "object"):
-            return json.loads(value)
     except ValueError:
-        raise InvalidParameter(f"{name} must be {'JSON' if kind in ('array', 'object') else f'a {kind}'}.") from None
+        raise InvalidParameter(f"{name[:64]} must be {SCALAR_NAMES.get(str(kind), kind)}.") from None
     return value
 
 

@@ -19,7 +19,10 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tjwater.settings")
 
-django_application = get_asgi_application()
+from tjwater.bounds import BoundedBody  # noqa: E402 - it reads settings (lazily): after the module is named
+
+# Reads at most TJWATER_REQUEST_MAX_BYTES of a body (Django's handler would read it whole): tjwater/bounds.py.
+django_application = BoundedBody(get_asgi_application())
 
 # Import after Django is set up: mcp_app reads settings and models.
 from mcp_app.asgi import MCP_PATHS, McpEndpoint  # noqa: E402

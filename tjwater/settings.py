@@ -69,6 +69,8 @@ MIDDLEWARE = [
     # First: it times (and, with tracing on, spans) everything below it (tjwater/metrics.py, issue 24).
     "tjwater.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A body over TJWATER_REQUEST_MAX_BYTES → 413 before anything reads it; after the metrics (counted).
+    "tjwater.bounds.RequestBodyLimitMiddleware",
     # Static files (the admin's and Swagger UI's) straight after SecurityMiddleware, so they get its
     # headers and skip everything else (WhiteNoise's documented place).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -426,6 +428,8 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # JSON only, within the bounds (depth, numbers, text): tjwater/bounds.py, issue 41.
+    "DEFAULT_PARSER_CLASSES": ["tjwater.bounds.BoundedJSONParser"],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
