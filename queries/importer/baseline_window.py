@@ -3,9 +3,17 @@
 
 * The network is the one the project imported (``NetworkSource``: its .inp text, read by WNTR).
 * Patterns follow the project's local clock: EPANET's ``pattern_start`` and ``start_clocktime`` are the
-  local time of day at the window's start (``queries.timezones.project_zone``), so a demand pattern's
-  hour 7 is 07:00 where the utility is. (Across a DST change inside a window the pattern keeps the
-  clock of the window's start; a day-long window starting at local midnight is exact.)
+  local time of day at each chunk's start (``queries.timezones.project_zone``), so a demand pattern's
+  hour 7 is 07:00 where the utility is — also across a DST change: a chunk ends where the zone's offset
+  changes (``_offset_changes``) and the next starts on the new clock, so after the fall-back hour 7 runs
+  at 07:00 EST, not 06:00.
+* Times are instants: the window is computed in UTC (an aware local datetime adds *wall* hours in
+  Python, so 48 h from a New York midnight before the fall-back would be 49), and the summary reports
+  exactly the first and last instant written.
+* Warm start: a window that starts where a baseline is already stored starts from that baseline's state
+  at its first instant — tank levels and the status and setting of pumps and valves — not from the
+  .inp's initial state, so a re-simulation inside a longer run continues it without a jump at either
+  edge (``_stored_state``).
 * Streamed in chunks: the window is simulated ``CHUNK_HOURS`` at a time, each chunk starting from the
   tank levels where the previous one ended (the hydraulic state EPANET carries), and written to the
   database before the next runs — memory stays that of one chunk whatever the window's length.
@@ -24,13 +32,14 @@ import tempfile
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import wntr
 from django.db import connection, transaction
 from wntr.epanet.exceptions import EpanetException
-from wntr.network import WaterNetworkModel
+from wntr.network import LinkStatus, WaterNetworkModel
 
 from contexts.models import Project
 from queries.importer.epanet import NetworkImportError, quiet_epanet_log, write_baseline
@@ -100,11 +109,74 @@ def _run(wn: WaterNetworkModel, *, duration_s: int, step_s: int) -> wntr.sim.res
 
 
 def _carry_state(wn: WaterNetworkModel, results: wntr.sim.results.SimulationResults) -> None:
-    """The next chunk starts where this one ended: tank levels (head − elevation), within their limits."""
+    """The next chunk starts where this one ended: tank levels (head − elevation), within their limits,
+    and the pumps' and valves' status and setting (what the warm start takes from a stored baseline)."""
     heads = results.node["head"].iloc[-1]
+    state = _State(tanks={name: float(heads[name]) - tank.elevation for name, tank in wn.tanks()})
+    status, setting = results.link["status"].iloc[-1], results.link["setting"].iloc[-1]
+    for name in [*wn.pump_name_list, *wn.valve_name_list]:
+        state.links[name] = (int(status[name]), float(setting[name]))
+    _apply_state(wn, state)
+
+
+@dataclass
+class _State:
+    """A stored baseline's hydraulic state at one instant: tank levels (m), and each pump's and valve's
+    status (WNTR's ``LinkStatus`` number) and setting."""
+
+    tanks: dict[str, float] = field(default_factory=dict)
+    links: dict[str, tuple[int, float | None]] = field(default_factory=dict)
+
+
+def _stored_state(project: Project, at: datetime) -> _State:
+    """The state the stored baseline has at ``at`` (empty where it has none). Two indexed reads."""
+    state = _State()
+    state.tanks = dict(
+        NodeBaseline.objects.filter(project_id=project.pk, element_type="tank", time=at).values_list(
+            "element_id", "pressure"
+        )
+    )
+    for element_id, status, setting in LinkBaseline.objects.filter(
+        project_id=project.pk, element_type__in=("pump", "valve"), time=at
+    ).values_list("element_id", "status", "setting"):
+        state.links[element_id] = (status, setting)
+    return state
+
+
+def _apply_state(wn: WaterNetworkModel, state: _State) -> None:
+    """Start ``wn`` from ``state``: tank levels within their limits; pumps and valves in their status
+    (a valve that was active keeps its setting; a pump its speed)."""
     for name, tank in wn.tanks():
-        level = float(heads[name]) - tank.elevation
-        tank.init_level = min(max(level, tank.min_level), tank.max_level)
+        if name in state.tanks:
+            tank.init_level = min(max(float(state.tanks[name]), tank.min_level), tank.max_level)
+    for name, (status, setting) in state.links.items():
+        if name not in wn.link_name_list:
+            continue
+        link = wn.get_link(name)
+        link.initial_status = LinkStatus(int(status)) if int(status) in (0, 1, 2) else link.initial_status
+        if setting is not None and link.link_type in ("Pump", "Valve") and int(status) != 0:
+            link.initial_setting = float(setting)
+
+
+def _offset_changes(start: datetime, end: datetime, step_s: int, zone: ZoneInfo) -> list[int]:
+    """Seconds from ``start`` (on the step grid) at which ``zone``'s UTC offset changes inside the window:
+    the chunk boundaries that keep patterns on the local clock. Hourly probes, refined by steps within
+    the hour of a change (a 400-day window: 9,600 probes)."""
+    changes: list[int] = []
+    total = int((end - start).total_seconds())
+    previous = start.astimezone(zone).utcoffset()
+    for probe in range(3600, total + 3600, 3600):
+        now = (start + timedelta(seconds=min(probe, total))).astimezone(zone).utcoffset()
+        if now == previous:
+            continue
+        for s in range(max(probe - 3600, 0), min(probe, total) + step_s, step_s):
+            s = s - s % step_s
+            if (start + timedelta(seconds=s)).astimezone(zone).utcoffset() == now:
+                if 0 < s < total:
+                    changes.append(s)
+                break
+        previous = now
+    return changes
 
 
 def _lock(project: Project, *, wait: bool) -> None:
@@ -132,6 +204,7 @@ def simulate_baseline_window(
     t0 = _time.monotonic()
     if start.tzinfo is None:
         raise BaselineError("The start must carry a time zone offset (e.g. 2026-11-01T00:00:00+08:00).")
+    start = start.astimezone(UTC)
     if not 0 < hours <= MAX_HOURS:
         raise BaselineError(f"The window must be more than 0 and at most {MAX_HOURS} hours long.")
     if step_s < 60 or step_s % 60 or step_s > 86400:
@@ -145,13 +218,19 @@ def simulate_baseline_window(
     chunk_s = max(step_s, (CHUNK_HOURS * 3600 // step_s) * step_s)
     with transaction.atomic():
         _lock(project, wait=wait_for_lock)
+        stored = _stored_state(project, start)
         for model in (NodeBaseline, LinkBaseline):
             model.objects.filter(project_id=project.pk, time__gte=start, time__lte=end).delete()
+        _apply_state(wn, stored)
+        changes = _offset_changes(start, end, step_s, project_zone(project))
         offset = 0
         while offset < total_s:
             if should_stop is not None and should_stop():
                 raise SimulationCancelled("The simulation was cancelled; the previous baseline is unchanged.")
             duration = min(chunk_s, total_s - offset)
+            cut = next((c for c in changes if offset < c < offset + duration), None)
+            if cut is not None:
+                duration = cut - offset  # the next chunk starts on the zone's new offset
             chunk_start = start + timedelta(seconds=offset)
             align_patterns(wn, chunk_start, project)
             try:

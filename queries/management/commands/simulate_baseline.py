@@ -9,7 +9,7 @@ from __future__ import annotations
 import getpass
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -23,7 +23,7 @@ from queries.services.baseline_jobs import (
     baseline_job_cancel,
     workers_answering,
 )
-from queries.timezones import project_zone
+from queries.timezones import local_instant, project_zone
 
 PING_TIMEOUT_S = 5.0
 PICKUP_TIMEOUT_S = 10.0
@@ -60,8 +60,12 @@ class Command(BaseCommand):
             start = datetime.fromisoformat(options["start"])
         except ValueError as exc:
             raise CommandError(f"--start {options['start']!r} is not an ISO 8601 time") from exc
-        if start.tzinfo is None:
-            start = start.replace(tzinfo=project_zone(project))
+        if start.tzinfo is None:  # the project's wall clock: an ambiguous or skipped time is refused
+            try:
+                start = local_instant(start, project_zone(project))
+            except ValueError as exc:
+                raise CommandError(f"--start: {exc}") from exc
+        start = start.astimezone(UTC)  # exact arithmetic from here on (an aware local time adds wall hours)
         if options["wait"] and not workers_answering(timeout=PING_TIMEOUT_S):
             raise CommandError(
                 f"No Celery worker answered within {PING_TIMEOUT_S:.0f} s, so nothing was queued; start one with "
