@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from contexts.errors import InvalidParameter, NotFound, PermissionDenied, ToolNotInContext
 from contexts.models import TASK_PURPOSES, ContextPurpose, Permission
@@ -171,6 +172,13 @@ def require_call(scope: QueryScope, *, tool: str, permissions: Collection[str], 
     require_permissions(scope, permissions)
 
 
+def holds_permissions(scope: QueryScope, permissions: Collection[str]) -> bool:
+    """True when ``scope`` holds every permission in ``permissions`` now (the arguments' added
+    permissions, asked without raising: the edge that sends a statement ahead declines instead)."""
+    held = scope.permissions
+    return all(p in held for p in permissions)
+
+
 def require_permissions(scope: QueryScope, permissions: Collection[str]) -> None:
     """The permissions a call's *arguments* add to its tool's (e.g. the history comparison modes read
     simulation data): ``PermissionDenied`` naming the missing codes (a business refusal on every edge,
@@ -178,6 +186,15 @@ def require_permissions(scope: QueryScope, permissions: Collection[str]) -> None
     missing = sorted(p for p in permissions if p not in scope.permissions)
     if missing:
         raise PermissionDenied(details={"missing_permissions": missing})
+
+
+# --- operators (the Django admin) -------------------------------------------------------------------
+
+
+def is_operator(user: Any) -> bool:
+    """True for an operator: an active staff user (the OIDC admin backend makes only operators staff).
+    Every admin page and action that operators alone may use asks this."""
+    return bool(user.is_active and user.is_staff)
 
 
 # --- evidence reads (R-EVID-4, R-CTX-4) ----------------------------------------------------------------

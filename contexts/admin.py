@@ -27,7 +27,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from contexts import admin_onboarding, services
+from contexts import access, admin_onboarding, services
 from contexts.errors import ApplicationError
 from contexts.models import (
     AccessEvent,
@@ -334,10 +334,10 @@ class QueryContextAdmin(ReadOnlyAdmin):
     # Operators are the staff users (the OIDC admin backend makes only operators staff): they may
     # browse contexts and revoke them without a per-model permission — revoking is always safe.
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
+        return access.is_operator(request.user)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
+        return access.is_operator(request.user)
 
     def has_revoke_permission(self, request: HttpRequest) -> bool:
-        return bool(request.user.is_active and request.user.is_staff)
+        return access.is_operator(request.user)

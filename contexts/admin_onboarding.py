@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from contexts import onboarding
+from contexts import access, onboarding
 from contexts.errors import ApplicationError
 from contexts.models import Membership, Permission, Project
 from contexts.services import Actor
@@ -30,7 +30,7 @@ def operator(request: HttpRequest) -> Actor:
 
 def is_operator(request: HttpRequest) -> bool:
     """Operators are the active staff users (the OIDC admin backend makes only operators staff)."""
-    return bool(request.user.is_active and request.user.is_staff)
+    return access.is_operator(request.user)
 
 
 class ProjectCreateForm(forms.Form):

@@ -11,10 +11,10 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx2
 import jwt
@@ -25,15 +25,46 @@ from redis.exceptions import RedisError
 from contexts.token_errors import AuthUnavailable, InvalidToken
 from tjwater import metrics
 
-if TYPE_CHECKING:
-    from contexts.tokens import ValidatorConfig
-
 logger = logging.getLogger("contexts.tokens")
 
 SHARED_JWKS_KEY_PREFIX = "tjwater:oidc:jwks:"
 # The purpose part of the signing salt of shared JWKS entries; the issuer is appended.
 SHARED_JWKS_SALT = "tjwater.oidc.shared-jwks"
 CLOCK_SKEW_S = 60
+
+# Verified-token cache: an entry never outlives the token's exp nor this many seconds, and the cache
+# holds at most this many entries.
+TOKEN_CACHE_MAX_S = 60.0
+TOKEN_CACHE_SIZE = 10_000
+
+JwksLoader = Callable[[], dict[str, Any]]
+
+
+@dataclass
+class ValidatorConfig:
+    """What a validator trusts. ``jwks_loader`` replaces HTTP fetching (the dev issuer reads its key
+    file); otherwise keys come from ``jwks_url`` or the issuer's discovery document."""
+
+    issuer: str
+    audience: str
+    allowed_clients: Sequence[str]
+    jwks_url: str = ""
+    jwks_loader: JwksLoader | None = None
+    cache_s: float = 300.0
+    # How long past ``cache_s`` the last good keys keep serving while the issuer is unreachable.
+    grace_s: float = 3600.0
+    refetch_cooldown_s: float = 30.0
+    # After a failed fetch, no new attempt for this long (a down issuer is asked once per interval).
+    failure_backoff_s: float = 5.0
+    http_timeout_s: float = 3.0
+    clock: Callable[[], float] = time.time
+    # Redis URL of the JWKS cache shared by every process (empty: this process's memory only), and the
+    # key its entries are signed with (SECRET_KEY; without one nothing is shared).
+    shared_cache_url: str = ""
+    shared_cache_secret: str = ""
+    shared_cache_fallback_secrets: Sequence[str | bytes] = ()
+    token_cache_size: int = TOKEN_CACHE_SIZE
+    token_cache_max_s: float = TOKEN_CACHE_MAX_S
 
 
 @dataclass(frozen=True, slots=True)

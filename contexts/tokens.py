@@ -58,7 +58,7 @@ import re
 import string
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -66,7 +66,15 @@ from typing import Any
 import jwt
 from django.conf import settings
 
-from contexts.issuer_keys import CLOCK_SKEW_S, IssuerKeys, KeysRefreshed
+# ValidatorConfig and the token-cache bounds (TOKEN_CACHE_*) live with the key set that reads them (one-way: tokens ->
+# issuer_keys); imported here so callers keep importing ValidatorConfig from contexts.tokens.
+from contexts.issuer_keys import (
+    CLOCK_SKEW_S,
+    IssuerKeys,
+    JwksLoader,
+    KeysRefreshed,
+    ValidatorConfig,
+)
 from contexts.token_errors import InvalidToken, MalformedRequest, MissingToken
 from tjwater import metrics
 
@@ -76,10 +84,6 @@ ALLOWED_ALGORITHMS = ("RS256", "ES256")
 # Longest accepted token (characters of the compact JWS). Keycloak access tokens are 1–2 KiB; 8 KiB
 # leaves room for rich claims and refuses anything larger before base64 or JSON parsing.
 MAX_TOKEN_CHARS = 8192
-# Verified-token cache: an entry never outlives the token's exp nor this many seconds, and the cache
-# holds at most this many entries.
-TOKEN_CACHE_MAX_S = 60.0
-TOKEN_CACHE_SIZE = 10_000
 _KEY_TYPE_FOR_ALG = {"RS256": "RSA", "ES256": "EC"}
 # RFC 6750 §2.1: b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=" — checked by
 # deleting these bytes (bytes.translate is a table lookup per byte; a regex is ten times slower).
@@ -130,36 +134,6 @@ def bearer_from_authorization(header_value: str | None) -> str:
     if len(token) > MAX_TOKEN_CHARS:
         raise InvalidToken("token too large")
     raise InvalidToken("malformed Bearer credentials")
-
-
-JwksLoader = Callable[[], dict[str, Any]]
-
-
-@dataclass
-class ValidatorConfig:
-    """What a validator trusts. ``jwks_loader`` replaces HTTP fetching (the dev issuer reads its key
-    file); otherwise keys come from ``jwks_url`` or the issuer's discovery document."""
-
-    issuer: str
-    audience: str
-    allowed_clients: Sequence[str]
-    jwks_url: str = ""
-    jwks_loader: JwksLoader | None = None
-    cache_s: float = 300.0
-    # How long past ``cache_s`` the last good keys keep serving while the issuer is unreachable.
-    grace_s: float = 3600.0
-    refetch_cooldown_s: float = 30.0
-    # After a failed fetch, no new attempt for this long (a down issuer is asked once per interval).
-    failure_backoff_s: float = 5.0
-    http_timeout_s: float = 3.0
-    clock: Callable[[], float] = time.time
-    # Redis URL of the JWKS cache shared by every process (empty: this process's memory only), and the
-    # key its entries are signed with (SECRET_KEY; without one nothing is shared).
-    shared_cache_url: str = ""
-    shared_cache_secret: str = ""
-    shared_cache_fallback_secrets: Sequence[str | bytes] = ()
-    token_cache_size: int = TOKEN_CACHE_SIZE
-    token_cache_max_s: float = TOKEN_CACHE_MAX_S
 
 
 @dataclass(frozen=True, slots=True)

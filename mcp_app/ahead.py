@@ -131,7 +131,7 @@ async def plan_ahead(
     if saves_evidence(scope, spec) or not access.may_call(scope, tool=spec.name, permissions=spec.permissions):
         return None
     needs = spec.permissions_for(args)
-    if needs is not spec.permissions and not all(scope.has(p) for p in needs):
+    if needs is not spec.permissions and not access.holds_permissions(scope, needs):
         return None
     plan: Plan[Any] | None = None
     try:

@@ -50,7 +50,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import psycopg
@@ -62,8 +62,16 @@ from queries.errors import QueryTimeout
 from queries.plan import Plan, Together, remaining_ms
 from tjwater import metrics, telemetry
 
-if TYPE_CHECKING:
-    from mcp_app.pool import QueryDatabase
+
+class ConnectionSource(Protocol):
+    """What an ``Execution`` asks of the database it came from (``mcp_app.pool.QueryDatabase``): the
+    per-call budget and a replacement for a broken connection. A protocol, so this module does not
+    import the pool that builds executions (the dependency points one way: pool -> executor)."""
+
+    budget_s: float
+
+    async def replace_broken(self, conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +125,7 @@ class Execution:
     (``mcp_app/README.md`` "Measuring")."""
 
     def __init__(
-        self, conn: psycopg.AsyncConnection[Any], db: QueryDatabase | None = None, *, budget_s: float | None = None
+        self, conn: psycopg.AsyncConnection[Any], db: ConnectionSource | None = None, *, budget_s: float | None = None
     ) -> None:
         self.conn: psycopg.AsyncConnection[Any] | None = conn  # None: given back, no replacement to be had
         self.db = db

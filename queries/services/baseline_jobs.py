@@ -36,7 +36,8 @@ def window_text(start: datetime, end: datetime) -> str:
 
 def baseline_enqueue(*, project: Project, start: datetime, hours: float, step_s: int, started_by: str) -> Job:
     """Record a queued baseline job and send its task to the default queue once the row is committed."""
-    from queries.tasks import simulate_baseline
+    # Sent by the task's explicit name: the task module imports this service, never the other way.
+    from tjwater.celery import app
 
     end = start + timedelta(hours=hours)
     job = job_started(
@@ -49,7 +50,7 @@ def baseline_enqueue(*, project: Project, start: datetime, hours: float, step_s:
     )
     job.detail = {"start": start.isoformat(), "hours": hours, "step_s": step_s}
     job.save(update_fields=["detail"])
-    result = simulate_baseline.apply_async(args=(job.pk,))
+    result = app.send_task("queries.simulate_baseline", args=(job.pk,))
     Job.objects.filter(pk=job.pk).update(task_id=result.id)
     job.task_id = result.id
     return job

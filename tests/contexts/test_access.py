@@ -16,6 +16,8 @@ import itertools
 from dataclasses import dataclass
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 
 from contexts import access, selectors, services
@@ -190,3 +192,37 @@ def test_a_membership_revoke_revokes_its_contexts_in_the_same_transaction() -> N
     assert context.state(timezone.now()) == "revoked"
     # A new bind after the grant works.
     assert bind(case, "ordinary_chat").handle != handle
+
+
+@pytest.mark.parametrize(
+    ("is_active", "is_staff", "expected"),
+    [(True, True, True), (False, True, False), (True, False, False), (False, False, False)],
+)
+def test_is_operator_is_an_active_staff_user(is_active: bool, is_staff: bool, expected: bool) -> None:
+    """The admin's one operator rule: active staff yes; inactive staff no; active non-staff no."""
+    user = get_user_model()(username=f"u-{is_active}-{is_staff}", is_active=is_active, is_staff=is_staff)
+    assert access.is_operator(user) is expected
+
+
+def test_is_operator_refuses_the_anonymous_user() -> None:
+    assert access.is_operator(AnonymousUser()) is False
+
+
+def test_holds_permissions_and_require_permissions_agree() -> None:
+    """The boolean an edge asks before sending a statement ahead and the refusal are one decision."""
+    held = frozenset({"webgis.view"})
+    scope = QueryScope(
+        principal_id=1,
+        issuer="i",
+        subject="s",
+        client_id="c",
+        project_id=1,
+        project_slug="p",
+        permissions=held,
+        purpose="ordinary_chat",
+        allowed_tools=frozenset(CATALOG),
+    )
+    for needs in ((), ("webgis.view",), ("webgis.view", "scada.view"), ("scada.view",)):
+        holds = access.holds_permissions(scope, needs)
+        assert holds == (outcome(lambda: access.require_permissions(scope, needs))[0] == "ok")  # noqa: B023
+        assert holds == set(needs).issubset(held)

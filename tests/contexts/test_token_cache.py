@@ -13,8 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from contexts.issuer_keys import TOKEN_CACHE_MAX_S
 from contexts.token_errors import InvalidToken
-from contexts.tokens import TOKEN_CACHE_MAX_S
 from tests.support.tokens import Issuer
 
 
