@@ -169,7 +169,7 @@ def import_scada_devices(*, project: Project, path: Path, crs: str = "EPSG:4326"
         except ValueError:
             bad("sample_interval_s", "must be a whole number of seconds from 1 to 86400")
             interval = 0
-        accuracy = 0.0
+        accuracy: float | None = None  # absent: none given (null in every answer)
         if r.get("accuracy"):
             try:
                 accuracy = abs(_float(r["accuracy"]) * scale)

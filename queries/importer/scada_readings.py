@@ -125,7 +125,7 @@ class _Device:
     scale: float
     offset: float
     state: bool
-    accuracy: float
+    accuracy: float  # 0.0 when the device has none
 
 
 # --- reading the file -------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def _devices(project: Project) -> dict[str, _Device]:
         spec = QUANTITIES[d.quantity]
         out[d.device_id] = _Device(
             d.pk, d.device_id, d.quantity, d.sample_interval_s, conv.scale, conv.offset, spec.kind == "state",
-            d.accuracy,
+            d.accuracy or 0.0,
         )  # fmt: skip
     return out
 

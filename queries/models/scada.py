@@ -65,7 +65,9 @@ class ScadaDevice(models.Model):
     element_id = models.CharField(max_length=64)
     location = gis.PointField(srid=4326)
     sample_interval_s = models.PositiveIntegerField(default=300)
-    accuracy = models.FloatField(default=0.0, help_text="sensor standard uncertainty, in the device unit")
+    accuracy = models.FloatField(
+        null=True, blank=True, help_text="sensor standard uncertainty, in the storage unit (null: none given)"
+    )
 
     class Meta:
         ordering = ["project_id", "device_id"]

@@ -153,7 +153,7 @@ def test_devices_give_the_project_unit_their_native_unit_and_accuracy_in_it(
         "PT-1": ("psi", "psi", 0.2),
         "FT-1": ("gpm", "GPM", 1.0),
         "LT-1": ("ft", "ft", 0.1),
-        "TT-1": ("degF", "degF", 0.0),  # absent in the file: see the accuracy test of the importer
+        "TT-1": ("degF", "degF", None),  # absent in the file: null, not 0.0
     }
     one = _call(us, "get_scada_device", device_id="PT-1")
     assert (one["data"]["unit"], one["data"]["accuracy"], one["units"]["accuracy"]) == ("psi", 0.2, "psi")
