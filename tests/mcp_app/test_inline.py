@@ -368,7 +368,7 @@ def test_a_report_section_page_is_cut_like_any_page() -> None:
 def test_a_prefix_sized_from_its_items_is_the_size_of_the_reply() -> None:
     """``cut_prefix(pure=True)`` sizes a list's prefixes from each item's size measured once: exactly what
     serialising the reply gives, for every prefix and continuation (non-ASCII text and nesting included)."""
-    from mcp_app.inline import _list_sizes
+    from mcp_app.inline_prefix import _list_sizes
 
     items: list[Any] = [{"id": f"J-{i}", "name": "水厂" * (i % 3), "v": i / 7, "n": None} for i in range(12)]
     items += [[1, 2, {"x": "é"}], "text", 3.5, None]
@@ -398,7 +398,8 @@ def test_a_series_cut_checks_a_continuation_only_where_it_decides_the_fit() -> N
     """A series (``data.points``) cut the same way: the same points and continuation as checking at every
     step of the search (``cut_prefix`` without ``unchecked``), about one check per cut — also when the
     continuation from the first point left out is refused."""
-    from mcp_app.inline import _valid, cut_prefix
+    from mcp_app.inline_prefix import cut_prefix
+    from mcp_app.inline_prefix import valid_continuation as _valid
 
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     points = [{"time": (t0 + timedelta(minutes=5 * i)).isoformat(), "value": i / 3} for i in range(400)]
