@@ -22,12 +22,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
-from django.db import connection
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
 
 from queries.demo.cleaning import clean_series
-from queries.importer.copy import copy_lines, copy_text
+from queries.importer.copy import copy_lines, copy_text, summarize_reading_brin
 from queries.importer.epanet import NetworkGeometry
 from queries.models import ScadaDevice, ScadaReading
 
@@ -229,13 +228,6 @@ def synthesize(
     for m in np.flatnonzero(rng.random(n) < 0.005).tolist():
         out[m] = None
     return out
-
-
-def summarize_reading_brin() -> None:
-    """Summarize the readings' BRIN page ranges written since the last summary, so time-window scans
-    skip them at once instead of after the next autovacuum."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT brin_summarize_new_values(%s::regclass)", ["scadareading_time_brin"])
 
 
 def write_scada(

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 
 from contexts.models import Project
-from queries.demo.scada import summarize_reading_brin
+from queries.importer.copy import summarize_reading_brin
 from queries.importer.scada_devices import ScadaImportError
 from queries.models import Junction, ScadaDevice, ScadaReading
 

@@ -20,6 +20,7 @@ from django.db.models import Model
 
 from contexts.models import Project
 from queries.demo import scada as demo_scada
+from queries.importer.copy import summarize_reading_brin
 from queries.importer.epanet import (
     BASELINE_START,
     delete_network,
@@ -113,7 +114,7 @@ def generate_scale_network(
                     if i == 0 and j == 0:
                         continue
                     _copy_tile(cur, project.pk, tile_prefix(i, j))
-        demo_scada.summarize_reading_brin()
+        summarize_reading_brin()
         summary.phases["copy_tiles"] = _time.monotonic() - t
         # Every tile is a copy of tile 0, so the totals are tile 0's counts times the tile count.
         n_tiles = tiles * tiles

@@ -27,7 +27,7 @@ import numpy as np
 from django.conf import settings
 
 #: Bytes handed to a parser at once (whole lines); a chunk holds at most this plus one line.
-CHUNK_BYTES = 8 * 1024 * 1024
+CHUNK_BYTES = 4 * 1024 * 1024
 _READ = 1024 * 1024  # bytes read from the file (or the decompressor) at a time
 #: A compressed file is judged for its ratio once this much has been unpacked (a small file that
 #: compresses well, e.g. 10 KiB of zeros, is not a bomb).
@@ -154,10 +154,11 @@ def _check(whole: bytes, first: int, path: Path, max_line: int, max_field: int, 
             )
 
 
-def check_lines(path: Path, *, what: str = "file") -> None:
+def check_lines(path: Path, *, what: str = "file", fields: bool = False) -> None:
     """Stream ``path`` once in constant memory: ``HostileInput`` for a line over the line bound, a NUL
-    byte or text that is not UTF-8, naming the line (``what`` names the file's role in the message)."""
-    for first, whole in line_chunks(path, check_fields=False):
+    byte or text that is not UTF-8 (with ``fields``, a comma-separated field over the field bound),
+    naming the line (``what`` names the file's role in the message)."""
+    for first, whole in line_chunks(path, check_fields=fields):
         try:
             whole.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -62,3 +62,10 @@ def copy_lines(table: str, columns: Sequence[str], lines: Iterable[str], *, chun
             if buf:
                 copy.write("".join(buf))
     return count
+
+
+def summarize_reading_brin() -> None:
+    """Summarize the readings' BRIN page ranges written since the last summary, so time-window scans
+    skip them at once instead of after the next autovacuum."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT brin_summarize_new_values(%s::regclass)", ["scadareading_time_brin"])

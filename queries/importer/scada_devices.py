@@ -27,12 +27,14 @@ from pyproj import CRS, Transformer
 from pyproj.exceptions import CRSError
 
 from contexts.models import Project
+from queries.importer.bounded import HostileInput, check_lines
 from queries.models import ELEMENT_MODELS, LINK_TYPES, ScadaDevice
 from queries.scada_units import QUANTITIES, UnitError, conversion
 
 REQUIRED = ("device_id", "name", "quantity", "unit", "element_type", "element_id", "x", "y", "sample_interval_s")
 OPTIONAL = ("accuracy",)
 MAX_LISTED = 20
+MAX_DEVICES = 100_000  # rows of one devices file (each is held until the whole file is checked)
 
 
 class ScadaImportError(Exception):
@@ -94,6 +96,10 @@ def import_scada_devices(*, project: Project, path: Path, crs: str = "EPSG:4326"
     to_wgs = transformer_for(crs)
     if not path.is_file():
         raise ScadaImportError(f"devices file not found: {path}")
+    try:
+        check_lines(path, what="devices file", fields=True)  # lines, fields, NUL and UTF-8 bounded before csv reads it
+    except HostileInput as exc:
+        raise ScadaImportError(str(exc)) from None
     errors: list[str] = []
     rows: list[tuple[int, dict[str, str]]] = []
     with path.open(newline="", encoding="utf-8-sig") as fh:
@@ -105,9 +111,16 @@ def import_scada_devices(*, project: Project, path: Path, crs: str = "EPSG:4326"
         unknown = [c for c in header if c not in REQUIRED + OPTIONAL]
         if unknown:
             raise ScadaImportError(f"line 1: unknown column(s) {', '.join(unknown)}")
+        if len(set(header)) != len(header):
+            raise ScadaImportError("line 1: a column is named twice")
         reader.fieldnames = header
-        for row in reader:
-            rows.append((reader.line_num, {k: (v or "").strip() for k, v in row.items() if k is not None}))
+        try:
+            for row in reader:
+                if len(rows) == MAX_DEVICES:
+                    raise ScadaImportError(f"line {reader.line_num}: more than {MAX_DEVICES} devices in one file")
+                rows.append((reader.line_num, {k: (v or "").strip() for k, v in row.items() if k is not None}))
+        except csv.Error as exc:  # a quoted field running past the field bound, a stray quote
+            raise ScadaImportError(f"line {reader.line_num}: not readable as CSV ({exc})") from None
     if not rows:
         raise ScadaImportError("the file lists no devices")
 

@@ -16,8 +16,11 @@ Slots (the documented placement rule): a sample at time *t* belongs to the devic
 start at :00, :05, …). Several samples in one slot: the **mean** for analog quantities (pressure, flow,
 level, chlorine, temperature), the **last** (latest time, then latest line) for states (pump status and
 speed, valve position). For each device, the file *replaces* its span — every slot from its first to its
-last sample: slots with a sample get it, slots without stay gaps (``monitored_value`` NULL, quality
-``gap``) and are never filled. So an overlapping import replaces the overlap (last import wins), and
+last sample: slots with a sample get it, slots without stay gaps and are never filled — a missing
+stretch of at most ``GAP_SLOTS`` slots between two samples as gap rows (``monitored_value`` NULL,
+quality ``gap``), a longer one as no rows (reads report it as a gap, "no reading stored"), and rows
+stored there before become gaps. So the rows written follow the file's samples, never the time between
+its first and last. So an overlapping import replaces the overlap (last import wins), and
 importing the same file again changes nothing (rows are only written when they differ).
 
 Cleaning: the demo's rules (``queries.demo.cleaning``, vectorised as ``clean_array``) re-run over every
@@ -27,19 +30,30 @@ cleaned value and flag recomputed (their measured value is never changed). ``mon
 the device sent) and ``cleaned_value`` (what cleaning kept) stay apart. Long spans are cleaned in blocks
 of ``BLOCK_SLOTS`` slots with the same context on each side.
 
-Streaming, not loading: the file is read in batches (pandas' CSV reader, pyarrow's Parquet batches),
-each converted and slotted by NumPy and COPYed (binary) into a temporary staging table without indexes.
-One sort of the staged rows (a server-side cursor; the slot aggregation only when some slot got several
-samples) hands them back a device block at a time; each block is cleaned, compared with the stored rows
-(read by a binary COPY) and only the rows that differ are staged for the merge — one DELETE of rows off
-the slot grid and one INSERT … ON CONFLICT. Re-importing the same file writes nothing. Memory does not
-grow with the file. Everything runs in one transaction: an import killed mid-way leaves the old
-readings, a finished one the new, never a mix. Rejected samples are reported by line (Parquet: row) and
-reason; more than ``max_rejects`` of them and the file is refused whole, nothing written.
+Bounded whatever the file (issue 41; ``queries.importer.bounded``): a line over
+``TJWATER_IMPORT_MAX_LINE_BYTES``, a field over ``TJWATER_IMPORT_MAX_FIELD_BYTES``, a NUL byte or text
+that is not UTF-8 refuses the file naming the line; a header of more than ``TJWATER_IMPORT_MAX_COLUMNS``
+columns is refused; a ``.gz`` unpacks within ``TJWATER_IMPORT_MAX_UNPACKED_BYTES`` and a ratio of
+``TJWATER_IMPORT_MAX_RATIO`` (a Parquet file's row groups the same, read from its footer), or is refused
+as a bomb; a time outside ``TJWATER_IMPORT_MIN_YEAR``–``MAX_YEAR`` is rejected by line; and once the
+rejects pass ``max_rejects`` the reading stops (the summary names the last line read).
+
+Streaming, not loading: the file is read in batches (whole lines of at most ``CHUNK_BYTES`` through pandas'
+CSV reader, pyarrow's Parquet batches), each converted and slotted by NumPy and COPYed (binary) into a
+temporary staging table without indexes. One sort of the staged rows (a server-side cursor; the slot
+aggregation only when some slot got several samples) hands them back a device block at a time; each block is
+cleaned, compared with the stored rows (read by a binary COPY) and only the rows that differ are staged for
+the merge — one DELETE of rows off the slot grid and one INSERT … ON CONFLICT. Re-importing the same file
+writes nothing. Memory does not grow with the file. Everything runs in one transaction: an import killed mid-
+way leaves the old readings, a finished one the new, never a mix. Rejected samples are reported by line
+(Parquet: row) and reason; more than ``max_rejects`` of them and the file is refused whole, nothing written.
 """
 
 from __future__ import annotations
 
+import csv as csv_module
+import io
+import itertools
 import re
 import time as _time
 from collections.abc import Callable, Iterator
@@ -51,11 +65,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import pandas as pd
+from django.conf import settings
 from django.db import connection, transaction
 
 from contexts.models import Project
 from queries.demo.cleaning import QUALITY_NAMES, clean_array
-from queries.demo.scada import summarize_reading_brin
+from queries.importer.bounded import CHUNK_BYTES, RATIO_AFTER_BYTES, HostileInput, line_chunks
+from queries.importer.copy import summarize_reading_brin
 from queries.importer.scada_devices import ScadaImportError
 from queries.models import ScadaDevice, ScadaReading
 from queries.scada_units import QUANTITIES, STATE_WORDS, conversion
@@ -64,6 +80,10 @@ from queries.timezones import project_zone
 BATCH_CELLS = 250_000  # values per batch read from the file (rows × value columns)
 CONTEXT_SLOTS = 288  # slots of stored neighbours read on each side of a touched window (a day at 5 min)
 BLOCK_SLOTS = 30 * 288  # slots cleaned at once
+#: A missing stretch between two samples of the file of at most this many slots is stored as gap rows;
+#: a longer one keeps no rows (every read reports it as a gap, "no reading stored"), so the rows written
+#: stay proportional to the file's samples, never to the time between them.
+GAP_SLOTS = 12
 MAX_LISTED = 20  # rejected lines kept for the report (all are counted)
 BAD_FLAGS = frozenset({"bad", "invalid"})
 #: Spike thresholds (``clean_series``' ``min_threshold``) in the storage unit, per analog quantity; flow
@@ -90,7 +110,11 @@ class ReadingImportSummary:
     naive_times: int = 0
     rejects: int = 0
     reject_lines: list[str] = field(default_factory=list)
+    #: Set when the rejects went past ``max_rejects``: the last line (Parquet: row) read, e.g. "line 9".
+    stopped_at: str | None = None
     devices: int = 0
+    #: Slots of the file's span that hold a row after the import (samples, short gaps, stored rows kept);
+    #: ``inserted``/``updated`` also count stored neighbours just outside it, cleaned again.
     slots: int = 0
     inserted: int = 0
     updated: int = 0
@@ -110,9 +134,14 @@ class RejectedFile(ScadaImportError):
         self.summary = summary
         listed = "\n".join(summary.reject_lines)
         more = summary.rejects - len(summary.reject_lines)
+        stopped = (
+            f" (stopped reading after {summary.stopped_at}: the rest was not read)"
+            if summary.stopped_at is not None
+            else ""
+        )
         super().__init__(
             f"{summary.file} refused, nothing written: {summary.rejects} rejected sample(s), more than "
-            f"--max-rejects {max_rejects}:\n{listed}" + (f"\n… and {more} more" if more > 0 else "")
+            f"--max-rejects {max_rejects}{stopped}:\n{listed}" + (f"\n… and {more} more" if more > 0 else "")
         )
 
 
@@ -140,52 +169,133 @@ def _batches(path: Path) -> tuple[list[str], Iterator[tuple[int, pd.DataFrame]],
     """The header, and the file as ``(first line number, DataFrame of strings/timestamps)`` batches;
     ``where`` is "line" (CSV, header = line 1) or "row" (Parquet, rows from 1)."""
     if _is_parquet(path):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pf = pq.ParquetFile(path)
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise ScadaImportError(f"{path.name}: not a readable Parquet file ({exc.__class__.__name__})") from None
         header = list(pf.schema_arrow.names)
+        _check_parquet(path, pf, header)
         per = max(1, BATCH_CELLS // max(1, len(header) - 1))
 
         def parquet() -> Iterator[tuple[int, pd.DataFrame]]:
             first = 1
-            for batch in pf.iter_batches(batch_size=per):
-                frame = batch.to_pandas()
-                yield first, frame
-                first += len(frame)
-
-        return header, parquet(), "row"
-    try:
-        head = pd.read_csv(path, nrows=0, compression="infer", encoding="utf-8-sig")
-    except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError, OSError, EOFError) as exc:
-        raise ScadaImportError(f"{path.name} is not a readable CSV, CSV.gz or Parquet file") from exc
-    header = [str(c).strip() for c in head.columns]
-    per = max(1, BATCH_CELLS // max(1, len(header) - 1))
-
-    def csv() -> Iterator[tuple[int, pd.DataFrame]]:
-        first = 2
-        text_columns = [c for c in header if c in ("device_id", "time", "quality")]
-        reader = pd.read_csv(
-            path,
-            dtype=dict.fromkeys(text_columns, str),
-            keep_default_na=False,
-            na_values=[""],
-            chunksize=per,
-            compression="infer",
-            encoding="utf-8-sig",
-            skip_blank_lines=False,
-        )
-        with reader:
             try:
-                for frame in reader:
-                    frame.columns = header
+                for batch in pf.iter_batches(batch_size=per):
+                    try:
+                        frame = batch.to_pandas()
+                    except pa.ArrowInvalid:
+                        # A time pandas cannot hold (before 1677, after 2262): this batch's times as ISO
+                        # text, so such a time is rejected by row like any out of the years allowed.
+                        frame = batch.to_pandas(timestamp_as_object=True)
+                        for name in frame.columns:
+                            if pa.types.is_timestamp(batch.schema.field(name).type):
+                                frame[name] = frame[name].map(_iso_or_text)
                     yield first, frame
                     first += len(frame)
-            except (pd.errors.ParserError, UnicodeDecodeError, EOFError, OSError) as exc:
-                raise ScadaImportError(
-                    f"{path.name}: unreadable after line {first} ({exc.__class__.__name__})"
-                ) from exc
+            except (pa.ArrowException, OSError) as exc:
+                raise ScadaImportError(f"{path.name}: unreadable from row {first} ({exc.__class__.__name__})") from None
+
+        return header, parquet(), "row"
+    chunks = line_chunks(path)
+    try:
+        first_chunk = next(chunks, None)
+    except HostileInput as exc:
+        raise ScadaImportError(str(exc)) from None
+    if first_chunk is None:
+        raise ScadaImportError(f"{path.name} is empty: a SCADA file starts with a header line")
+    _, data = first_chunk
+    head_end = data.index(b"\n") + 1
+    try:
+        header_line = data[:head_end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScadaImportError(f"{path.name}: line 1 is not UTF-8 text") from None
+    header = [c.strip() for c in next(csv_module.reader([header_line.rstrip("\r\n")]), [])]
+    max_columns = int(settings.TJWATER_IMPORT_MAX_COLUMNS)
+    if len(header) > max_columns:
+        raise ScadaImportError(
+            f"{path.name}: line 1 has {len(header)} columns, more than {max_columns} "
+            "(TJWATER_IMPORT_MAX_COLUMNS): split the file"
+        )
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise ScadaImportError(f"{path.name}: line 1 names {', '.join(repr(c) for c in twice[:5])} more than once")
+    text_columns = [c for c in header if c in ("device_id", "time", "quality")]
+
+    def csv() -> Iterator[tuple[int, pd.DataFrame]]:
+        pieces: Iterator[tuple[int, bytes]] = itertools.chain([(2, data[head_end:])], chunks)
+        try:
+            for first, whole in pieces:
+                if not whole:
+                    continue
+                try:
+                    frame = pd.read_csv(
+                        io.BytesIO(whole),
+                        header=None,
+                        names=header,
+                        dtype=dict.fromkeys(text_columns, str),
+                        keep_default_na=False,
+                        na_values=[""],
+                        encoding="utf-8",
+                        skip_blank_lines=False,
+                    )
+                except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+                    raise ScadaImportError(_unreadable(path.name, first, whole, exc)) from None
+                yield first, frame
+        except HostileInput as exc:
+            raise ScadaImportError(str(exc)) from None
 
     return header, csv(), "line"
+
+
+_FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _iso_or_text(value: object) -> object:
+    """A Parquet time as ISO text (its offset kept when it has one), so every time goes the text path."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _check_parquet(path: Path, pf: Any, header: list[str]) -> None:
+    """Refuse a Parquet file past the bounds before any row is read: columns, and its unpacked size
+    (the row groups' uncompressed bytes) against the size and ratio bounds."""
+    max_columns = int(settings.TJWATER_IMPORT_MAX_COLUMNS)
+    if len(header) > max_columns:
+        raise ScadaImportError(
+            f"{path.name}: {len(header)} columns, more than {max_columns} (TJWATER_IMPORT_MAX_COLUMNS): split the file"
+        )
+    meta = pf.metadata
+    unpacked = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    limit, ratio = int(settings.TJWATER_IMPORT_MAX_UNPACKED_BYTES), int(settings.TJWATER_IMPORT_MAX_RATIO)
+    if unpacked > limit or (unpacked > RATIO_AFTER_BYTES and unpacked > ratio * max(1, path.stat().st_size)):
+        raise ScadaImportError(
+            f"{path.name}: its row groups unpack to {unpacked} bytes, past TJWATER_IMPORT_MAX_UNPACKED_BYTES or "
+            f"{ratio} times the file (TJWATER_IMPORT_MAX_RATIO): refused as a decompression bomb"
+        )
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        if group.total_byte_size > CHUNK_BYTES * 16:
+            raise ScadaImportError(
+                f"{path.name}: row group {i} unpacks to {group.total_byte_size} bytes, more than "
+                f"{CHUNK_BYTES * 16}: write it with smaller row groups"
+            )
+
+
+def _unreadable(name: str, first: int, whole: bytes, exc: Exception) -> str:
+    """The sentence for a chunk pandas could not read, naming the line (pandas counts from the chunk)."""
+    if isinstance(exc, UnicodeDecodeError):
+        try:  # pandas' offset is into its own buffer: find the line in ours
+            whole.decode("utf-8")
+        except UnicodeDecodeError as own:
+            newline = b"\n"
+            return f"{name}: line {first + whole[: own.start].count(newline)} is not UTF-8 text"
+    found = _FIELDS.search(str(exc))
+    if found:
+        want, line, saw = (int(g) for g in found.groups())
+        return f"{name}: line {first + line - 1} has {saw} fields, the header {want}"
+    return f"{name}: unreadable from line {first} ({exc.__class__.__name__})"
 
 
 def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray, int]:
@@ -205,6 +315,7 @@ def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray
         ok = stamps.notna().to_numpy()
         out[ok] = _epoch(stamps[ok])
         why[~ok & (why == 0)] = 1
+        _outside_years(None, out, why)
         return out, why, n if aware else 0
     text = col.astype(str).str.strip()
     text.index = range(n)
@@ -228,7 +339,35 @@ def _utc_seconds(col: pd.Series, zone: ZoneInfo) -> tuple[np.ndarray, np.ndarray
         ok = localized.notna().to_numpy()
         out[naive_idx[ok]] = _epoch(localized[ok])
         why[naive_idx[sub > 0]] = sub[sub > 0]
+    _outside_years(text, out, why)
     return out, why, int(has_offset.sum())
+
+
+_YEAR = re.compile(r"^\s*([+-]?\d{4,})-")
+
+
+def _year_bounds() -> tuple[int, int, float, float]:
+    lo, hi = int(settings.TJWATER_IMPORT_MIN_YEAR), int(settings.TJWATER_IMPORT_MAX_YEAR)
+    start = datetime(lo, 1, 1, tzinfo=ZoneInfo("UTC")).timestamp()
+    end = datetime(hi + 1, 1, 1, tzinfo=ZoneInfo("UTC")).timestamp() if hi < 9999 else float("inf")
+    return lo, hi, start, end
+
+
+def _outside_years(text: pd.Series | None, out: np.ndarray, why: np.ndarray) -> None:
+    """Times outside TJWATER_IMPORT_MIN_YEAR..MAX_YEAR → reason 4 (also those too far out for pandas to
+    parse, which it reports as unreadable: their year is read from the text)."""
+    _, _, start, end = _year_bounds()
+    far = ~np.isnan(out) & ((out < start) | (out >= end))
+    out[far] = np.nan
+    why[far] = 4
+    if text is None:
+        return
+    unread = np.flatnonzero(why == 1)
+    if len(unread):
+        years = text.iloc[unread].str.extract(_YEAR, expand=False)
+        lo, hi, _, _ = _year_bounds()
+        number = pd.to_numeric(years, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+        why[unread[(number < lo) | (number > hi)]] = 4
 
 
 def _epoch(stamps: pd.Series) -> np.ndarray:
@@ -250,6 +389,7 @@ _TIME_REASON = {
     1: "time: {} is not an ISO 8601 time",
     2: "time: {} does not exist in {} (clocks moved forward); give it an offset",
     3: "time: {} is ambiguous in {} (clocks moved back); give it an offset",
+    4: "time: {} is outside the years {years} (TJWATER_IMPORT_MIN_YEAR, TJWATER_IMPORT_MAX_YEAR)",
 }
 
 
@@ -407,7 +547,9 @@ def _reject_times(
 ) -> None:
     raw = col.to_numpy()[mask]
     codes = why[mask]
-    rejects.add(lines[mask], lambda i: _TIME_REASON[int(codes[i])].format(str(raw[i])[:40], zone.key))
+    lo, hi, _, _ = _year_bounds()
+    years = f"{lo}–{hi}"
+    rejects.add(lines[mask], lambda i: _TIME_REASON[int(codes[i])].format(str(raw[i])[:40], zone.key, years=years))
 
 
 def _exec(sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -516,7 +658,10 @@ def import_scada(
         # ON COMMIT DROP does not fire when the import runs inside a caller's transaction (a savepoint):
         # drop leftovers of an earlier import in the same transaction first.
         _exec("CLOSE ALL")
-        _exec("DROP TABLE IF EXISTS pg_temp.tjw_stage, pg_temp.tjw_dev, pg_temp.tjw_final, pg_temp.tjw_gone")
+        _exec(
+            "DROP TABLE IF EXISTS pg_temp.tjw_stage, pg_temp.tjw_dev, pg_temp.tjw_final, pg_temp.tjw_gone, "
+            "pg_temp.tjw_blk"
+        )
         # No index, no constraint: the staged rows are written once and read once, by one sort.
         _exec(
             "CREATE TEMP TABLE tjw_stage (device_id integer, slot bigint, t double precision, "
@@ -542,6 +687,9 @@ def import_scada(
                 )
             if progress is not None:
                 progress(summary.samples, summary.rejects)
+            if summary.rejects > max_rejects:
+                summary.stopped_at = f"{where} {first + len(frame) - 1}"
+                break
         if summary.rejects > max_rejects:
             summary.seconds = _time.monotonic() - t0
             raise RejectedFile(summary, max_rejects)
@@ -561,12 +709,13 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
     t0 = _time.monotonic()
     by_pk = {d.pk: d for d in devices.values()}
     _exec(
-        "CREATE TEMP TABLE tjw_dev (device_id integer PRIMARY KEY, step integer, state boolean, lo bigint) "
+        "CREATE TEMP TABLE tjw_dev (device_id integer PRIMARY KEY, step integer, state boolean, lo bigint, "
+        "hi bigint) "
         "ON COMMIT DROP"
     )
     with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_dev FROM STDIN") as copy:
         for pk, lo in spans.lo.items():
-            copy.write_row((pk, by_pk[pk].step, by_pk[pk].state, lo))
+            copy.write_row((pk, by_pk[pk].step, by_pk[pk].state, lo, spans.hi[pk]))
     if spans.ordered:  # one sample per slot: the staged rows are the slots
         source = "SELECT device_id, slot, value FROM tjw_stage"
     else:  # the placement rule: mean for analog quantities, last sample (time, then line) for states
@@ -593,22 +742,37 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
     )
     _exec("CREATE TEMP TABLE tjw_gone (device_id integer, time timestamptz) ON COMMIT DROP")
     summary.phases["slots_s"] = round(_time.monotonic() - t0, 1)
-    blocks = _fetch_blocks()
-    pending = next(blocks, None)
+    _exec("CREATE TEMP TABLE tjw_blk (device_id integer, lo bigint, hi bigint) ON COMMIT DROP")
     for pk in sorted(spans.lo):
         d, lo, hi = by_pk[pk], spans.lo[pk], spans.hi[pk]
         summary.devices += 1
-        summary.slots += (hi - lo) // d.step + 1
         summary.windows[d.device_id] = [_iso(lo), _iso(hi + d.step)]
+    # Only the blocks that hold a sample are cleaned and written (the work follows the rows, not the
+    # span); the neighbours' first and last sample decide whether a missing stretch at a block's edge is
+    # short (gap rows) or long (no rows).
+    written: list[tuple[int, int, int]] = []
+    prev_pk, prev_last = -1, None
+    blocks = _fetch_blocks()
+    row = next(blocks, None)
+    while row is not None:
+        pk, k, slot_raw, value_raw = row
+        row = next(blocks, None)
+        d, lo, hi = by_pk[pk], spans.lo[pk], spans.hi[pk]
         width = BLOCK_SLOTS * d.step
-        for k, b_lo in enumerate(range(lo, hi + 1, width)):
-            b_hi = min(hi, b_lo + width - d.step)
-            slots, values = np.empty(0, dtype=np.int64), np.empty(0)
-            if pending is not None and (pending[0], pending[1]) == (pk, k):
-                slots, values = np.array(pending[2], dtype=np.int64), np.array(pending[3], dtype=float)
-                pending = next(blocks, None)
-            _clean_block(d, lo, hi, b_lo, b_hi, slots, values, summary)
+        b_lo = lo + int(k) * width
+        b_hi = min(hi, b_lo + width - d.step)
+        slots, values = np.array(slot_raw, dtype=np.int64), np.array(value_raw, dtype=float)
+        if pk != prev_pk:
+            prev_pk, prev_last = pk, None
+        next_first = int(min(row[2])) if row is not None and row[0] == pk else None
+        _clean_block(d, lo, hi, b_lo, b_hi, slots, values, summary, prev_last, next_first)
+        written.append((pk, b_lo, b_hi))
+        prev_last = int(slots.max())
+    with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_blk FROM STDIN") as copy:
+        for item in written:
+            copy.write_row(item)
     _exec("CLOSE tjw_blocks")
+    _blank_unsampled_blocks(summary)
     summary.phases["clean_s"] = round(_time.monotonic() - t0 - summary.phases["slots_s"], 1)
     t1 = _time.monotonic()
     reading = ScadaReading._meta.db_table
@@ -630,7 +794,28 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
         [list(QUALITY_NAMES)],
     )
     summary.phases["merge_s"] = round(_time.monotonic() - t1, 1)
-    summary.unchanged = summary.slots - summary.inserted - summary.updated
+
+
+def _blank_unsampled_blocks(summary: ReadingImportSummary) -> None:
+    """The span's stretches of whole blocks without a sample: stored rows there become gaps (rows off
+    the slot grid are deleted), as the file replaces its span; no row is added (two statements, their
+    cost the stored rows of those stretches, never the span's length)."""
+    reading = ScadaReading._meta.db_table
+    # ``tjw_dev``/``tjw_blk`` are this module's temporary tables; the steps are whole seconds.
+    unsampled = (
+        "r.device_id = d.device_id AND r.time BETWEEN to_timestamp(d.lo) AND to_timestamp(d.hi) "
+        "AND NOT EXISTS (SELECT 1 FROM tjw_blk b WHERE b.device_id = r.device_id "
+        "AND r.time >= to_timestamp(b.lo) AND r.time < to_timestamp(b.hi + d.step))"
+    )
+    on_grid = "mod(extract(epoch FROM r.time), d.step) = 0"
+    _exec(f"DELETE FROM {reading} r USING tjw_dev d WHERE {unsampled} AND NOT {on_grid}")  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {reading} r SET monitored_value = NULL, cleaned_value = NULL, quality = 'gap' "  # noqa: S608
+            f"FROM tjw_dev d WHERE {unsampled} AND {on_grid} "
+            "AND (r.monitored_value IS NOT NULL OR r.cleaned_value IS NOT NULL OR r.quality <> 'gap')"
+        )
+        summary.updated += max(0, cursor.rowcount)
 
 
 def _fetch_blocks() -> Iterator[tuple[int, int, list[int], list[float]]]:
@@ -684,10 +869,14 @@ def _clean_block(
     slot_list: np.ndarray,
     value_list: np.ndarray,
     summary: ReadingImportSummary,
+    prev_last: int | None = None,
+    next_first: int | None = None,
 ) -> None:
     """Clean slots ``[b_lo, b_hi]`` of device ``d`` (span ``[lo, hi]``; the file's slots and values in
-    ``slot_list``/``value_list``) with ``CONTEXT_SLOTS`` of context on each side, compare with the stored
-    rows and stage only what differs: every slot of the block, plus stored rows just outside the span
+    ``slot_list``/``value_list``; the device's last sample before the block and first after it in
+    ``prev_last``/``next_first``) with ``CONTEXT_SLOTS`` of context on each side, compare with the stored
+    rows and stage only what differs: the block's slots with a sample, with a stored row, or in a
+    missing stretch of at most ``GAP_SLOTS`` slots (gap rows), plus stored rows just outside the span
     (cleaned again with their new neighbours); stored rows off the slot grid inside the span are staged
     for deletion."""
     step = d.step
@@ -715,11 +904,23 @@ def _clean_block(
             threshold = 0.25 * (float(present.mean()) if len(present) else 0.0) + 10 * d.accuracy
         cleaned, codes = clean_array(values, min_threshold=threshold)
     inside = (slots >= b_lo) & (slots <= b_hi)
+    sampled = np.zeros(n, dtype=bool)
+    sampled[(slot_list - g_lo) // step] = True
+    near = np.unique(np.concatenate([slot_list, [x for x in (prev_last, next_first) if x is not None]]))
+    before = np.searchsorted(near, slots, side="right") - 1
+    after = np.minimum(before + 1, len(near) - 1)
+    short = (
+        (before >= 0)
+        & (before + 1 < len(near))
+        & ((near[after] - near[np.maximum(before, 0)]) // step - 1 <= GAP_SLOTS)
+    )
     # Context rows outside the span are rewritten only when stored and next to this block's edge.
     outside = stored & outside_span & (((slots < b_lo) & (b_lo == lo)) | ((slots > b_hi) & (b_hi == hi)))
-    keep = inside | outside
+    keep = (inside & (sampled | short | stored)) | outside
     same = _same(values, s_mv) & _same(cleaned, s_cv) & (codes == s_code)
     write = keep & ~(stored & same)
+    summary.slots += int((keep & inside).sum())  # the file's span; rewritten neighbours count as changes only
+    summary.unchanged += int((keep & inside & stored & same).sum())
     summary.inserted += int((write & ~stored).sum())
     summary.updated += int((write & stored).sum())
     _copy_binary(

@@ -1,0 +1,311 @@
+"""Hostile files through the real ``manage.py import_scada_devices`` and ``import_scada`` (issue 41 items 1, 3
+and 4): each file is generated here, imported by a child process, and for each the suite asserts the importing
+process's own peak RSS (≤ 500 MB, from ``wait4`` in a small launcher), its time (≤ 10 s: every input but the
+early-stop one is ≤ 2 MB), a refusal naming the line, row or field, and the project's readings and devices
+unchanged (count and a checksum of the values) whenever the file is refused. Figures go to
+``var/resilience/results.json``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from django.db import connection
+
+from contexts.models import Project
+from queries.importer.epanet import import_network, wntr_network_path
+from queries.importer.scada_devices import import_scada_devices
+from queries.importer.scada_readings import import_scada
+from queries.models import Job
+from tests.support.resilience import Figures
+from tests.support.servers import ROOT, subprocess_database_url
+
+pytestmark = [pytest.mark.resilience]
+
+MB = 1024 * 1024
+RSS_LIMIT_MB = 500
+TIME_LIMIT_S = 10.0
+SLUG = "hostile-imports"
+DEVICES = (
+    "device_id,name,quantity,unit,element_type,element_id,x,y,sample_interval_s,accuracy\n"
+    "PT-1,Pressure 10,pressure,psi,junction,10,,,300,0.2\n"
+    "PT-2,Pressure 11,pressure,psi,junction,11,,,300,0.2\n"
+)
+
+
+@pytest.fixture(scope="module")
+def hostile_project(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Project]:
+    """A committed project (the child process must see it) with two devices and a day of readings."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    with django_db_blocker.unblock():
+        Project.objects.filter(slug=SLUG).delete()
+        project = Project.objects.create(slug=SLUG, name="Hostile imports", timezone="America/New_York")
+        import_network(project=project, inp_path=wntr_network_path("Net1.inp"), scale=30.0, baseline_hours=0)
+        (tmp / "devices.csv").write_text(DEVICES)
+        import_scada_devices(project=project, path=tmp / "devices.csv")
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        day = "time,PT-1,PT-2\n" + "".join(
+            f"{(start + timedelta(minutes=5 * i)).isoformat()},{50 + i % 7},{51 + i % 5}\n" for i in range(288)
+        )
+        (tmp / "day.csv").write_text(day)
+        import_scada(project=project, path=tmp / "day.csv")
+    yield project
+    with django_db_blocker.unblock():
+        Project.objects.filter(pk=project.pk).delete()
+
+
+def _state(project: Project) -> tuple[Any, ...]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), sum(r.monitored_value), sum(r.cleaned_value), string_agg(DISTINCT r.quality, ',') "
+            "FROM queries_scadareading r JOIN queries_scadadevice d ON d.id = r.device_id WHERE d.project_id = %s",
+            [project.pk],
+        )
+        readings = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*), string_agg(device_id || name || unit, ',' ORDER BY device_id) FROM queries_scadadevice "
+            "WHERE project_id = %s",
+            [project.pk],
+        )
+        return (readings, cursor.fetchone())
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    seconds: float
+    rss_mb: float
+
+
+#: A small launcher between this process and the import: Linux carries a process's RSS high-water mark
+#: across fork and exec into ``ru_maxrss``, so a child forked from this (large) test process would report
+#: at least this process's size. The launcher is small when it forks, so the import's figure is its own;
+#: it writes the figure (KiB) to the fd given, then exits with the import's status.
+_LAUNCH = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    os.execv(sys.argv[2], sys.argv[2:])\n"
+    "_, status, usage = os.wait4(pid, 0)\n"
+    "os.write(fd, str(usage.ru_maxrss).encode())\n"
+    "sys.exit(os.waitstatus_to_exitcode(status))\n"
+)
+
+
+def _run(command: str, path: Path, *extra: str) -> Run:
+    """``manage.py <command> <path> --project …`` in a grandchild; its own peak RSS from ``wait4`` in a
+    small launcher (``_LAUNCH``)."""
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "DATABASE_URL": subprocess_database_url()}
+    read_fd, write_fd = os.pipe()
+    t0 = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-c", _LAUNCH, str(write_fd),
+         sys.executable, "manage.py", command, str(path), "--project", SLUG, *extra],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
+    )  # fmt: skip
+    os.close(write_fd)
+    assert child.stdout is not None
+    out = child.stdout.read().decode("utf-8", "replace")
+    code = child.wait()
+    with os.fdopen(read_fd, "rb") as fh:
+        kib = int(fh.read() or b"0")
+    assert kib > 0, out  # the launcher reported
+    return Run(code, out, time.monotonic() - t0, kib / 1024)
+
+
+# --- the hostile files (name → writer) ---------------------------------------------------------------
+
+
+def _absurd_years(path: Path) -> None:
+    path.write_text("device_id,time,value\nPT-1,1700-01-01T00:00:00Z,50\nPT-1,2260-12-31T00:00:00Z,51\n")
+
+
+def _long_number_gz(path: Path) -> None:
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(b"device_id,time,value\nPT-1,2026-01-02T00:00:00Z,1")
+        for _ in range(200):
+            fh.write(b"1" * MB)
+        fh.write(b"\n")
+
+
+def _gz_bomb(path: Path) -> None:
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        fh.write(b"device_id,time,value\n")
+        line = b"PT-1,2026-01-02T00:00:00Z,50\n" * 10_000
+        for _ in range(1000):
+            fh.write(line)
+
+
+def _wide_header(path: Path) -> None:
+    path.write_text("time," + ",".join(f"D{i}" for i in range(100_000)) + "\n2026-01-02T00:00:00Z\n")
+
+
+def _many_rejects(path: Path) -> None:
+    """20 MB of samples of a device that does not exist: refused at line 2, and the rest never read."""
+    with path.open("w") as fh:
+        fh.write("device_id,time,value\n")
+        block = "".join(f"NOPE-{i},2026-01-02T00:00:00Z,{i}\n" for i in range(100_000))
+        for _ in range(8):
+            fh.write(block)
+
+
+def _nul(path: Path) -> None:
+    path.write_bytes(b"device_id,time,value\nPT-1,2026-01-02T00:00:00Z,50\nPT-1,2026-01-02T00:05:00Z,5\x000\n")
+
+
+def _bad_utf8(path: Path) -> None:
+    path.write_bytes(b"device_id,time,value\nPT-1,2026-01-02T00:00:00Z,50\nPT-\xff\xfe,2026-01-02T00:05:00Z,50\n")
+
+
+def _formula(path: Path) -> None:
+    path.write_text(
+        'device_id,time,value\nPT-1,2026-01-02T00:00:00Z,50\nPT-1,2026-01-02T00:05:00Z,"=HYPERLINK(""http://x"")"\n'
+    )
+
+
+def _truncated_gz(path: Path) -> None:
+    rows = "".join(f"PT-1,{(datetime(2026, 1, 2, tzinfo=UTC) + timedelta(minutes=5 * i)).isoformat()},{i % 9}\n"
+                   for i in range(20_000))  # fmt: skip
+    data = gzip.compress(("device_id,time,value\n" + rows).encode())
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _parquet_wrong_types(path: Path) -> None:
+    table = pa.table(
+        {
+            "device_id": ["PT-1", "PT-1", "PT-1"],
+            "time": [1_767_312_000, 1_767_312_300, 1_767_312_600],  # epoch integers, not times
+            "value": ["50", "abc", "52"],
+        }
+    )
+    pq.write_table(table, path)
+
+
+def _parquet_truncated(path: Path) -> None:
+    buffer = io.BytesIO()
+    pq.write_table(pa.table({"device_id": ["PT-1"] * 1000, "time": ["2026-01-02T00:00:00Z"] * 1000,
+                             "value": [50.0] * 1000}), buffer)  # fmt: skip
+    path.write_bytes(buffer.getvalue()[:-200])
+
+
+def _rtl_devices(path: Path) -> None:
+    path.write_text(
+        DEVICES.splitlines()[0] + "\n"
+        'PT-1,=HYPERLINK("http://evil"),pressure,psi,junction,10,,,300,0.2\n'
+        "PT-2,\u202eevil\u202c,pressure,psi,junction,11,,,300,0.2\n"
+        "PT-3,bad,pressure,psi,junction,nope,,,300,0.2\n"
+    )
+
+
+def _huge_device_field(path: Path) -> None:
+    path.write_text(
+        DEVICES.splitlines()[0] + "\n" + "PT-9," + "n" * (200 * 1024) + ",pressure,psi,junction,10,,,300,\n"
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    command: str
+    write: Callable[[Path], None]
+    suffix: str
+    expect: str  # the refusal's words (the line, row, field or bound)
+
+
+CASES = [
+    Case("absurd-years", "import_scada", _absurd_years, ".csv", "line 2: time: 1700-01-01T00:00:00Z is outside the years 1970–2100"),  # noqa: E501
+    Case("long-number-gz", "import_scada", _long_number_gz, ".csv.gz", "line 2 is longer than 1 MiB"),
+    Case("gz-bomb", "import_scada", _gz_bomb, ".csv.gz", "unpacks more than 200 times its size"),
+    Case("100k-columns", "import_scada", _wide_header, ".csv", "line 1 has 100001 columns, more than 10000"),
+    Case("many-rejects", "import_scada", _many_rejects, ".csv", "stopped reading after line"),
+    Case("nul", "import_scada", _nul, ".csv", "line 3 holds a NUL byte"),
+    Case("invalid-utf8", "import_scada", _bad_utf8, ".csv", "line 3 is not UTF-8 text"),
+    Case("formula-value", "import_scada", _formula, ".csv", "line 3: value: '=HYPERLINK(\"http://x\")' is not a number"),  # noqa: E501
+    Case("truncated-gz", "import_scada", _truncated_gz, ".csv.gz", "not a readable gzip file"),
+    Case("parquet-wrong-types", "import_scada", _parquet_wrong_types, ".parquet", "row 1: time: 1767312000 is not an ISO 8601 time"),  # noqa: E501
+    Case("parquet-truncated", "import_scada", _parquet_truncated, ".parquet", "not a readable Parquet file"),
+    Case("devices-formula-rtl", "import_scada_devices", _rtl_devices, ".csv", "line 4, field element_id"),
+    Case("devices-huge-field", "import_scada_devices", _huge_device_field, ".csv", "line 2 has a field longer than 64 KiB"),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_a_hostile_file_is_refused_cheaply_by_line_and_loses_nothing(
+    hostile_project: Project, django_db_blocker: Any, tmp_path: Path, case: Case, figures: Figures
+) -> None:
+    path = tmp_path / f"{case.name}{case.suffix}"
+    case.write(path)
+    size = path.stat().st_size
+    with django_db_blocker.unblock():
+        before = _state(hostile_project)
+    run = _run(case.command, path)
+    with django_db_blocker.unblock():
+        after = _state(hostile_project)
+        job = Job.objects.filter(project=hostile_project).order_by("-pk").values("status", "message").first()
+    figures.record(
+        f"hostile_import.{case.name}",
+        {"bytes": size, "seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1), "exit": run.code},
+    )
+    assert run.code != 0, run.out
+    assert case.expect in run.out, run.out
+    assert "Traceback" not in run.out
+    assert run.rss_mb <= RSS_LIMIT_MB, (case.name, run.rss_mb)
+    assert run.seconds <= TIME_LIMIT_S or size > 2 * MB, (case.name, run.seconds)
+    assert after == before
+    if case.command == "import_scada":
+        assert job is not None and job["status"] == "failed" and job["message"], job
+
+
+def test_an_absurd_but_allowed_span_costs_the_rows_not_the_span(
+    hostile_project: Project, tmp_path: Path, figures: Figures
+) -> None:
+    """Two samples 130 years apart (1970 and 2099) at a 5-minute interval: 13.7 M slots between them,
+    and the import writes its two samples (no gap rows for the stretch), quickly and in little memory."""
+    path = tmp_path / "span.csv"
+    path.write_text("device_id,time,value\nPT-2,1970-01-01T00:00:00Z,50\nPT-2,2099-12-31T00:00:00Z,51\n")
+    run = _run("import_scada", path, "--dry-run")
+    figures.record(
+        "hostile_import.span-130-years", {"seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1)}
+    )
+    assert run.code == 0, run.out
+    assert run.rss_mb <= RSS_LIMIT_MB and run.seconds <= TIME_LIMIT_S, (run.rss_mb, run.seconds)
+
+
+def test_random_times_over_decades_cost_the_rows(hostile_project: Project, tmp_path: Path, figures: Figures) -> None:
+    """40,000 samples at random times from 1970 to 2100 (2 MB): bounded by the rows (GAP_SLOTS gap rows
+    per sample at most), not by the 130 years between the first and the last."""
+    rng = random.Random(41)
+    start = datetime(1970, 1, 1, tzinfo=UTC).timestamp()
+    span = datetime(2100, 1, 1, tzinfo=UTC).timestamp() - start
+    lines = ["device_id,time,value"] + [
+        f"PT-1,{datetime.fromtimestamp(start + rng.random() * span, UTC).isoformat()},{50 + rng.random():.3f}"
+        for _ in range(40_000)
+    ]
+    path = tmp_path / "random.csv"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size <= 2 * MB
+    run = _run("import_scada", path, "--dry-run")
+    figures.record(
+        "hostile_import.random-40k-over-130-years",
+        {"seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1)},
+    )
+    assert run.code == 0, run.out
+    assert run.rss_mb <= RSS_LIMIT_MB and run.seconds <= TIME_LIMIT_S, (run.rss_mb, run.seconds)
