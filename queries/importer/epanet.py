@@ -33,6 +33,7 @@ from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
 
 from contexts.models import Project
+from queries.importer.bounded import HostileInput, check_lines
 from queries.importer.copy import copy_lines, copy_rows, copy_text, linestring_ewkt, point_ewkt
 from queries.importer.georef import CrsGeoreferencer, Georeferencer, geographic_or_refusal, placement_of
 from queries.models import (
@@ -96,6 +97,10 @@ def read_inp(path: Path) -> WaterNetworkModel:
     naming the section and line at fault and what is wrong there (``describe_inp_error``)."""
     if not path.is_file():
         raise NetworkImportError(f"network file not found: {path}")
+    try:
+        check_lines(path, what="network file")  # line bound, NUL and UTF-8 by line, before WNTR reads it whole
+    except HostileInput as exc:
+        raise NetworkImportError(f"not a readable EPANET .inp file: {exc}") from None
     try:
         wn = WaterNetworkModel(str(path))
     except OSError as exc:

@@ -11,13 +11,24 @@ uses).
 Everything that can be refused without reading features is refused before the database is touched (the
 file, the layer, the CRS). Features are then streamed into one transaction (constant memory: written in
 batches): re-importing a layer replaces it atomically, a failure leaves the old layer. A feature that
-cannot be stored (unreadable or untransformable geometry) is reported by its fid and skipped — or, with
-``strict``, refuses the whole import (R-ONB-2: never silently dropped).
+cannot be stored (unreadable, invalid or untransformable geometry, an attribute over the bounds, a
+register value too long for its column) is reported by its fid and skipped — or, with ``strict``, refuses
+the whole import (R-ONB-2: never silently dropped). A feature without geometry is kept and listed
+(``strict`` refuses it).
+
+Bounded whatever the file (issue 41): a zip is checked member by member before GDAL opens it
+(``queries.importer.bounded.check_zip``: no ``..``, absolute paths or links, unpacked size and ratio
+bounded); a layer of more than ``TJWATER_IMPORT_MAX_FEATURES`` features or ``TJWATER_IMPORT_MAX_COLUMNS``
+fields is refused before a feature is read; an attribute over ``TJWATER_IMPORT_MAX_FIELD_BYTES``, or a
+feature whose attributes take more than ``TJWATER_IMPORT_MAX_LINE_BYTES``, is refused by fid. Layer and
+field names are data: GDAL opens a layer by name (no SQL), and names reach the database only as JSON keys
+and ORM parameters.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time as _time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +37,7 @@ from datetime import time as dtime
 from pathlib import Path
 from typing import Any, cast
 
+from django.conf import settings
 from django.contrib.gis.gdal import CoordTransform, DataSource, GDALException, SpatialReference
 from django.contrib.gis.gdal.layer import Layer
 from django.contrib.gis.geos import GEOSException
@@ -34,8 +46,10 @@ from pyproj import CRS
 from pyproj.exceptions import CRSError
 
 from contexts.models import Project
+from queries.importer.bounded import HostileInput, check_zip
 from queries.importer.georef import AREA_OF_USE_MARGIN_DEG
 from queries.models import ELEMENT_MODELS, ElementGisProperties, GisFeature, GisLayer
+from queries.models.gis import LAYER_KEY_PATTERN
 
 #: Formats read, by file suffix (GDAL drivers; a ``.zip`` holds a Shapefile).
 SUFFIXES = (".gpkg", ".shp", ".zip", ".geojson", ".json")
@@ -60,6 +74,8 @@ class GisImportSummary:
     features: int = 0
     linked: int = 0
     unlinked_fids: list[str] = field(default_factory=list)
+    #: Features kept with no geometry (attributes only), by fid.
+    without_geometry: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     districts: int = 0
     seconds: float = 0.0
@@ -72,6 +88,11 @@ def _open(path: Path) -> DataSource:
         raise GisImportError(f"{path.name}: not a GeoPackage, Shapefile (.shp or .zip) or GeoJSON file")
     # GDAL reads a zipped Shapefile in place through its /vsizip/ virtual file system.
     name = f"/vsizip/{path.resolve()}" if path.suffix.lower() == ".zip" else str(path.resolve())
+    if path.suffix.lower() == ".zip":
+        try:
+            check_zip(path)  # every member by name, link and size before GDAL reads any
+        except HostileInput as exc:
+            raise GisImportError(str(exc)) from None
     try:
         return DataSource(name)
     except GDALException:
@@ -83,10 +104,29 @@ def _layer(ds: DataSource, path: Path, source_layer: str | None) -> Layer:
     if source_layer is not None:
         if source_layer not in names:
             raise GisImportError(f"{path.name} has no layer {source_layer!r}; its layers: {', '.join(names) or 'none'}")
-        return ds[source_layer]
+        return _bounded(ds[source_layer], path)
     if len(names) != 1:
-        raise GisImportError(f"{path.name} has {len(names)} layers ({', '.join(names)}): name one with --source-layer")
-    return ds[0]
+        shown = ", ".join(repr(n) for n in names[:SHOWN_FIDS]) + (" …" if len(names) > SHOWN_FIDS else "")
+        raise GisImportError(f"{path.name} has {len(names)} layers ({shown}): name one with --source-layer")
+    return _bounded(ds[0], path)
+
+
+def _bounded(layer: Layer, path: Path) -> Layer:
+    """``layer`` if its feature and field counts are within the bounds (read from its header, before any
+    feature is), else a refusal naming the layer and the bound."""
+    max_features = int(settings.TJWATER_IMPORT_MAX_FEATURES)
+    max_columns = int(settings.TJWATER_IMPORT_MAX_COLUMNS)
+    if layer.num_fields > max_columns:
+        raise GisImportError(
+            f"{path.name} (layer {layer.name!r}) has {layer.num_fields} fields, more than {max_columns} "
+            "(TJWATER_IMPORT_MAX_COLUMNS): refused"
+        )
+    if layer.num_feat > max_features:
+        raise GisImportError(
+            f"{path.name} (layer {layer.name!r}) has {layer.num_feat} features, more than {max_features} "
+            "(TJWATER_IMPORT_MAX_FEATURES): refused"
+        )
+    return layer
 
 
 def _epsg_of(srs: SpatialReference) -> int | None:
@@ -147,23 +187,48 @@ def _area_of_use(srs: SpatialReference) -> tuple[float, float, float, float] | N
     return (aou.west - m, aou.south - m, aou.east + m, aou.north + m)
 
 
+def _oversized(attrs: dict[str, Any]) -> str | None:
+    """Why the attributes exceed the bounds (a field over the field bound, all of them over the line
+    bound), or None."""
+    max_field = int(settings.TJWATER_IMPORT_MAX_FIELD_BYTES)
+    max_total = int(settings.TJWATER_IMPORT_MAX_LINE_BYTES)
+    total = 0
+    for name, value in attrs.items():
+        size = len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 16
+        if size > max_field:
+            return f"field {name!r} is longer than {max_field // 1024} KiB (TJWATER_IMPORT_MAX_FIELD_BYTES)"
+        total += size + len(name)
+    if total > max_total:
+        return f"its attributes take more than {max_total // 1024} KiB (TJWATER_IMPORT_MAX_LINE_BYTES)"
+    return None
+
+
 def _features(
     layer: Layer, transform: CoordTransform, area: tuple[float, float, float, float] | None
 ) -> Iterator[tuple[str, dict[str, Any], Any, str | None]]:
     """``(fid, attributes, geometry in EPSG:4326 or None, problem or None)`` per feature, streamed."""
     fields = list(layer.fields)
-    for feature in layer:
+    max_features = int(settings.TJWATER_IMPORT_MAX_FEATURES)
+    for n, feature in enumerate(layer, start=1):
         fid = str(feature.fid)
+        if n > max_features:  # a driver that cannot count its features up front
+            raise GisImportError(
+                f"layer {layer.name!r} has more than {max_features} features (TJWATER_IMPORT_MAX_FEATURES): refused"
+            )
         try:
             attrs = {name: _jsonable(feature.get(name)) for name in fields}
         except (GDALException, UnicodeDecodeError, ValueError) as exc:
-            yield fid, {}, None, f"unreadable attributes ({exc})"
+            yield fid, {}, None, f"unreadable attributes ({str(exc)[:80]})"
+            continue
+        too_big = _oversized(attrs)
+        if too_big is not None:
+            yield fid, {}, None, too_big
             continue
         try:
             ogr = feature.geom
         except GDALException:
             # OGR has no geometry for the feature (GDAL returns none rather than a broken one): a feature
-            # of attributes only, kept as it is.
+            # of attributes only, kept and listed.
             yield fid, attrs, None, None
             continue
         try:
@@ -175,6 +240,12 @@ def _features(
             geos = ogr.geos
         except (GEOSException, GDALException, ValueError):
             yield fid, attrs, None, f"invalid {ogr.geom_name.title()} geometry (e.g. a line of fewer than 2 points)"
+            continue
+        if geos.empty:
+            yield fid, attrs, None, None  # an empty geometry is no geometry
+            continue
+        if not geos.valid:
+            yield fid, attrs, None, f"invalid {geos.geom_type} geometry ({geos.valid_reason[:80]})"
             continue
         west, south, east, north = geos.extent
         if not all(math.isfinite(v) for v in (west, south, east, north)):
@@ -214,8 +285,10 @@ def import_gis(
 ) -> GisImportSummary:
     """Import one layer of ``path`` as the project's source layer ``layer_key``, replacing it atomically."""
     t0 = _time.monotonic()
-    if not layer_key or len(layer_key) > 64:
-        raise GisImportError("--layer-key must be 1 to 64 characters")
+    if not layer_key or len(layer_key) > 64 or not re.fullmatch(LAYER_KEY_PATTERN, layer_key):
+        raise GisImportError(
+            "--layer-key must be 1 to 64 letters, digits, '_', '.' or '-' (the name the GIS tools read it by)"
+        )
     if (element_type is None) != (element_field is None):
         raise GisImportError("--element-type and --element-field go together")
     if element_type is not None and element_type not in ELEMENT_MODELS:
@@ -257,10 +330,17 @@ def import_gis(
                     raise GisImportError(f"{path.name}: feature fid {fid}: {problem} (--strict: nothing imported)")
                 summary.skipped.append((fid, problem))
                 continue
+            if geom is None and strict:
+                raise GisImportError(f"{path.name}: feature fid {fid}: no geometry (--strict: nothing imported)")
             linked_id = ""
             if element_field is not None:
                 value = attrs.get(element_field)
                 linked_id = "" if value is None else str(value)
+                if linked_id in element_ids and (long := _too_long_for_register(attrs, district_field)):
+                    if strict:
+                        raise GisImportError(f"{path.name}: feature fid {fid}: {long} (--strict: nothing imported)")
+                    summary.skipped.append((fid, long))
+                    continue
                 if linked_id in element_ids:
                     summary.linked += 1
                     register[linked_id] = attrs
@@ -278,6 +358,8 @@ def import_gis(
                 )
             )
             summary.features += 1
+            if geom is None:
+                summary.without_geometry.append(fid)
             if len(batch) >= BATCH:
                 GisFeature.objects.bulk_create(batch)
                 batch = []
@@ -287,6 +369,21 @@ def import_gis(
             summary.districts = _write_register(project, element_type, register, district_field, layer_key)
     summary.seconds = _time.monotonic() - t0
     return summary
+
+
+def _too_long_for_register(attrs: dict[str, Any], district_field: str | None) -> str | None:
+    """Why a linked feature's register value cannot be stored whole (longer than its column), or None: a
+    value is never cut."""
+    wanted = [(column, _attr(attrs, column)) for column in REGISTER_ATTRIBUTES if column != "install_year"]
+    if district_field:
+        wanted.append(("district", attrs.get(district_field)))
+    for column, value in wanted:
+        if value is None:
+            continue
+        limit = cast(models.CharField[str, str], ElementGisProperties._meta.get_field(column)).max_length or 0
+        if len(str(value)) > limit:
+            return f"{column} {str(value)[:40]!r}… is longer than {limit} characters (the register's {column} column)"
+    return None
 
 
 def _write_register(
@@ -317,12 +414,11 @@ def _write_register(
                 except (TypeError, ValueError):
                     continue
             else:
-                field = cast(models.CharField[str, str], ElementGisProperties._meta.get_field(column))
-                setattr(row, column, str(value)[: field.max_length])
+                setattr(row, column, str(value))  # within max_length: _too_long_for_register
         if district_field:
             value = attrs.get(district_field)
             if value not in (None, ""):
-                row.district = str(value)[:64]
+                row.district = str(value)
                 districts += 1
         if element_id not in existing:
             new_rows.append(row)

@@ -39,6 +39,11 @@ class ElementGisProperties(models.Model):
         return f"{self.element_type} {self.element_id}"
 
 
+#: What a source layer's key may be: the GIS tools' input schema (``queries.tools.gis``) and the importer
+#: both use it, so an imported layer can always be read.
+LAYER_KEY_PATTERN = r"^[A-Za-z0-9_.-]+$"
+
+
 class GisLayer(models.Model):
     """A source GIS layer (e.g. ``pipes_2025``), as delivered: its key, geometry type and source CRS."""
 

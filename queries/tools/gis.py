@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from queries.models.gis import LAYER_KEY_PATTERN
 from queries.registry import ELEMENT_ID, ELEMENT_TYPE, WEBGIS_VIEW, ToolSpec, input_object
 from queries.schemas.gis import ElementGisPropertiesResult, SourceGisFeatureResult
 from queries.services import gis
@@ -10,7 +11,7 @@ LAYER_KEY = {
     "type": "string",
     "minLength": 1,
     "maxLength": 64,
-    "pattern": "^[A-Za-z0-9_.-]+$",
+    "pattern": LAYER_KEY_PATTERN,
     "description": "The source GIS layer's key (e.g. water_mains, isolation_valves).",
 }
 SOURCE_FID = {

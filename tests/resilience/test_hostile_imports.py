@@ -1,20 +1,22 @@
-"""Hostile files through the real ``manage.py import_scada_devices`` and ``import_scada`` (issue 41 items 1, 3
-and 4): each file is generated here, imported by a child process, and for each the suite asserts the importing
-process's own peak RSS (≤ 500 MB, from ``wait4`` in a small launcher), its time (≤ 10 s: every input but the
-early-stop one is ≤ 2 MB), a refusal naming the line, row or field, and the project's readings and devices
-unchanged (count and a checksum of the values) whenever the file is refused. Figures go to
-``var/resilience/results.json``.
+"""Hostile files through the real ``manage.py import_scada_devices``, ``import_scada``, ``import_gis`` and
+``import_network`` (issue 41 items 1, 3 and 4): each file is generated here, imported by a child process, and
+for each the suite asserts the importing process's own peak RSS (≤ 500 MB, from ``wait4`` in a small
+launcher), its time (≤ 10 s: every input but the early-stop one is ≤ 2 MB), a refusal naming the line, row,
+field or member, and the project's readings, devices, GIS layers and network unchanged (counts and a checksum
+of the values) whenever the file is refused. Figures go to ``var/resilience/results.json``.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import random
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -28,6 +30,7 @@ from django.db import connection
 
 from contexts.models import Project
 from queries.importer.epanet import import_network, wntr_network_path
+from queries.importer.gis import import_gis
 from queries.importer.scada_devices import import_scada_devices
 from queries.importer.scada_readings import import_scada
 from queries.models import Job
@@ -65,6 +68,8 @@ def hostile_project(
         )
         (tmp / "day.csv").write_text(day)
         import_scada(project=project, path=tmp / "day.csv")
+        (tmp / "hydrants.geojson").write_text(json.dumps(_points(3)))
+        import_gis(project=project, path=tmp / "hydrants.geojson", layer_key="k")
     yield project
     with django_db_blocker.unblock():
         Project.objects.filter(pk=project.pk).delete()
@@ -83,7 +88,27 @@ def _state(project: Project) -> tuple[Any, ...]:
             "WHERE project_id = %s",
             [project.pk],
         )
-        return (readings, cursor.fetchone())
+        devices = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(f.id), string_agg(l.name || f.source_fid || f.properties::text, ',' ORDER BY f.id) "
+            "FROM queries_gislayer l LEFT JOIN queries_gisfeature f ON f.layer_id = l.id WHERE l.project_id = %s",
+            [project.pk],
+        )
+        layers = cursor.fetchone()
+        cursor.execute("SELECT count(*), sum(elevation) FROM queries_junction WHERE project_id = %s", [project.pk])
+        return (readings, devices, layers, cursor.fetchone())
+
+
+def _points(count: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A GeoJSON FeatureCollection of ``count`` hydrant points in WGS84 (``extra`` properties on each)."""
+    return {
+        "type": "FeatureCollection",
+        "features": [
+            {"type": "Feature", "properties": {"HYD": f"H-{i}", **(extra or {})},
+             "geometry": {"type": "Point", "coordinates": [-85.0 + i * 1e-4, 38.0]}}
+            for i in range(count)
+        ],
+    }  # fmt: skip
 
 
 @dataclass
@@ -221,6 +246,41 @@ def _huge_device_field(path: Path) -> None:
     )
 
 
+def _gis_zip_bomb(path: Path) -> None:
+    """A zipped Shapefile whose .dbf is 64 MiB of zeros (about 64 KiB packed)."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=9) as zf:
+        zf.writestr("hydrants.shp", b"\0" * 100)
+        with zf.open("hydrants.dbf", "w", force_zip64=True) as member:
+            for _ in range(64):
+                member.write(b"\0" * MB)
+
+
+def _gis_zip_escape(path: Path) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("hydrants.shp", b"\0" * 100)
+        zf.writestr("../../../etc/cron.d/evil", b"* * * * * root true\n")
+
+
+def _gis_wide(path: Path) -> None:
+    path.write_text(json.dumps(_points(1, {f"F{i}": i for i in range(10_000)})))
+
+
+def _gis_huge_property(path: Path) -> None:
+    path.write_text(json.dumps(_points(2, {"NOTE": "n" * 900_000})))
+
+
+def _inp_nul(path: Path) -> None:
+    path.write_bytes(b"[JUNCTIONS]\n;ID Elev Demand\n J1 10 1\x00\n[END]\n")
+
+
+def _inp_long_line(path: Path) -> None:
+    path.write_bytes(b"[TITLE]\n" + b"t" * (2 * MB) + b"\n[END]\n")
+
+
+def _inp_bad_utf8(path: Path) -> None:
+    path.write_bytes(b"[TITLE]\nok\n\xff\xfe title\n[END]\n")
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -244,7 +304,17 @@ CASES = [
     Case("parquet-truncated", "import_scada", _parquet_truncated, ".parquet", "not a readable Parquet file"),
     Case("devices-formula-rtl", "import_scada_devices", _rtl_devices, ".csv", "line 4, field element_id"),
     Case("devices-huge-field", "import_scada_devices", _huge_device_field, ".csv", "line 2 has a field longer than 64 KiB"),  # noqa: E501
+    Case("gis-zip-bomb", "import_gis", _gis_zip_bomb, ".zip", "member 'hydrants.dbf' unpacks more than 200 times its size"),  # noqa: E501
+    Case("gis-zip-escape", "import_gis", _gis_zip_escape, ".zip", "member '../../../etc/cron.d/evil' points outside the archive"),  # noqa: E501
+    Case("gis-10k-fields", "import_gis", _gis_wide, ".geojson", "has 10001 fields, more than 10000"),
+    Case("gis-huge-property", "import_gis", _gis_huge_property, ".geojson", "feature fid 0: field 'NOTE' is longer than 64 KiB"),  # noqa: E501
+    Case("inp-nul", "import_network", _inp_nul, ".inp", "line 3 holds a NUL byte"),
+    Case("inp-long-line", "import_network", _inp_long_line, ".inp", "line 2 is longer than 1 MiB"),
+    Case("inp-invalid-utf8", "import_network", _inp_bad_utf8, ".inp", "line 3 of the network file is not UTF-8 text"),  # noqa: E501
 ]  # fmt: skip
+
+#: What each command is given beside the file: the GIS import targets the project's existing layer, strictly.
+EXTRA = {"import_gis": ("--layer-key", "k", "--strict"), "import_network": ("--no-baseline",)}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -256,7 +326,7 @@ def test_a_hostile_file_is_refused_cheaply_by_line_and_loses_nothing(
     size = path.stat().st_size
     with django_db_blocker.unblock():
         before = _state(hostile_project)
-    run = _run(case.command, path)
+    run = _run(case.command, path, *EXTRA.get(case.command, ()))
     with django_db_blocker.unblock():
         after = _state(hostile_project)
         job = Job.objects.filter(project=hostile_project).order_by("-pk").values("status", "message").first()
@@ -270,8 +340,7 @@ def test_a_hostile_file_is_refused_cheaply_by_line_and_loses_nothing(
     assert run.rss_mb <= RSS_LIMIT_MB, (case.name, run.rss_mb)
     assert run.seconds <= TIME_LIMIT_S or size > 2 * MB, (case.name, run.seconds)
     assert after == before
-    if case.command == "import_scada":
-        assert job is not None and job["status"] == "failed" and job["message"], job
+    assert job is not None and job["status"] == "failed" and job["message"], job
 
 
 def test_an_absurd_but_allowed_span_costs_the_rows_not_the_span(

@@ -58,7 +58,12 @@ class Command(BaseCommand):
             rows=summary.features,
             rejects=len(summary.skipped),
             reject_lines=[f"fid {fid}: {reason}" for fid, reason in summary.skipped],
-            detail={"layer_key": summary.layer_key, "source_crs": summary.source_crs, "linked": summary.linked},
+            detail={
+                "layer_key": summary.layer_key,
+                "source_crs": summary.source_crs,
+                "linked": summary.linked,
+                "without_geometry": len(summary.without_geometry),
+            },
         )
         for fid, reason in summary.skipped:
             self.stderr.write(f"skipped feature fid {fid}: {reason}")
@@ -67,6 +72,10 @@ class Command(BaseCommand):
             f"{project.slug} ({summary.source_crs} → EPSG:4326) in {summary.seconds:.1f}s: "
             f"{summary.features} features, {len(summary.skipped)} skipped"
         )
+        if summary.without_geometry:
+            shown = ", ".join(summary.without_geometry[:SHOWN_FIDS])
+            more = " …" if len(summary.without_geometry) > SHOWN_FIDS else ""
+            line += f", {len(summary.without_geometry)} without geometry (fids {shown}{more})"
         if options["element_type"]:
             line += f", {summary.linked} linked to {options['element_type']}s"
             if summary.unlinked_fids:

@@ -5,7 +5,10 @@ answered by the GIS tools, replaced atomically, bad features reported by fid."""
 from __future__ import annotations
 
 import re
+import stat
+import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -164,8 +167,12 @@ def test_a_feature_without_geometry_is_kept(ky4: Project, tmp_path: Path) -> Non
     features = [*pipe_features(1), Feature({"ASSET_ID": "NOTE-1", "NOTE": "attributes only"}, None)]
     summary = import_gis(project=ky4, path=write_layer(tmp_path, "mixed", features, crs="EPSG:3089"), layer_key="m")
     assert (summary.features, summary.skipped) == (2, [])
+    assert summary.without_geometry == ["2"]  # kept, and listed
     row = GisFeature.objects.get(layer__project=ky4, layer__layer_key="m", source_fid="2")
     assert (row.geom, row.properties["NOTE"]) == (None, "attributes only")
+    with pytest.raises(GisImportError, match=r"mixed.gpkg: feature fid 2: no geometry \(--strict: nothing imported\)"):
+        import_gis(project=ky4, path=tmp_path / "mixed.gpkg", layer_key="m", strict=True)
+    assert GisFeature.objects.filter(layer__project=ky4, layer__layer_key="m").count() == 2
 
 
 def test_geojson_is_wgs84_by_definition(ky4: Project, tmp_path: Path) -> None:
@@ -177,3 +184,109 @@ def test_geojson_is_wgs84_by_definition(ky4: Project, tmp_path: Path) -> None:
     feature = GisFeature.objects.get(layer__project=ky4, layer__layer_key="hydrants")
     assert feature.properties == {"HYD": "H-1"}
     assert np.allclose(np.array(feature.geom.coords), np.array(lonlat), atol=1e-9, rtol=0)
+
+
+# --- bounded whatever the file (issue 41) ----------------------------------------------------------------
+
+
+def test_a_layer_key_the_tools_cannot_read_is_refused(ky4: Project, tmp_path: Path) -> None:
+    gpkg = write_layer(tmp_path, "pipes", pipe_features(2), crs="EPSG:3089")
+    for key in ("water mains", "mains/2025", "x" * 65, ""):
+        with pytest.raises(GisImportError, match=r"--layer-key must be 1 to 64 letters, digits, '_', '.' or '-'"):
+            import_gis(project=ky4, path=gpkg, layer_key=key)
+    assert import_gis(project=ky4, path=gpkg, layer_key="water_mains-2025.v1").features == 2
+    assert not GisLayer.objects.filter(project=ky4).exclude(layer_key="water_mains-2025.v1").exists()
+
+
+def test_a_register_value_longer_than_its_column_is_reported_never_cut(ky4: Project, tmp_path: Path) -> None:
+    features = pipe_features(3)
+    features[1].properties["DISTRICT"] = "Z" * 65
+    gpkg = write_layer(tmp_path, "pipes", features, crs="EPSG:3089")
+    link = {"element_type": "pipe", "element_field": "ASSET_ID", "district_field": "DISTRICT"}
+    with pytest.raises(GisImportError, match=r"fid 2: district 'Z+'… is longer than 64 characters \(the register's "
+                       r"district column\) \(--strict: nothing imported\)"):  # fmt: skip
+        import_gis(project=ky4, path=gpkg, layer_key="mains", strict=True, **link)
+    assert not GisLayer.objects.filter(project=ky4).exists()
+    summary = import_gis(project=ky4, path=gpkg, layer_key="mains", **link)
+    assert [fid for fid, _ in summary.skipped] == ["2"] and (summary.features, summary.linked) == (2, 2)
+    districts = set(ElementGisProperties.objects.filter(project=ky4).values_list("district", flat=True))
+    assert districts == {"Zone 0", "Zone 2"}  # the long one is not stored cut to 64
+
+
+def test_a_huge_property_is_refused_by_fid(ky4: Project, tmp_path: Path) -> None:
+    features = pipe_features(2)
+    features[0].properties["NOTE"] = "n" * 900_000
+    gpkg = write_layer(tmp_path, "pipes", features, crs="EPSG:3089")
+    summary = import_gis(project=ky4, path=gpkg, layer_key="mains")
+    assert summary.skipped == [("1", "field 'NOTE' is longer than 64 KiB (TJWATER_IMPORT_MAX_FIELD_BYTES)")]
+    longest = max(len(str(v)) for f in GisFeature.objects.filter(layer__project=ky4) for v in f.properties.values())
+    assert longest < 100
+
+
+def test_an_invalid_polygon_is_reported(ky4: Project, tmp_path: Path) -> None:
+    x, y = 4971350.0, 3905604.0
+    bowtie = {"type": "Polygon", "coordinates": [[[x, y], [x + 100, y + 100], [x + 100, y], [x, y + 100], [x, y]]]}
+    square = {"type": "Polygon", "coordinates": [[[x, y], [x + 100, y], [x + 100, y + 100], [x, y + 100], [x, y]]]}
+    gpkg = write_layer(tmp_path, "zones", [Feature({"Z": "a"}, square), Feature({"Z": "b"}, bowtie)], crs="EPSG:3089")
+    summary = import_gis(project=ky4, path=gpkg, layer_key="zones")
+    assert summary.features == 1 and [fid for fid, _ in summary.skipped] == ["2"]
+    assert summary.skipped[0][1].startswith("invalid Polygon geometry (Self-intersection")
+    with pytest.raises(GisImportError, match=r"fid 2: invalid Polygon geometry \(Self-intersection"):
+        import_gis(project=ky4, path=gpkg, layer_key="zones2", strict=True)
+
+
+def test_the_feature_and_field_bounds(ky4: Project, tmp_path: Path, settings: Any) -> None:
+    gpkg = write_layer(tmp_path, "pipes", pipe_features(5), crs="EPSG:3089")
+    settings.TJWATER_IMPORT_MAX_FEATURES = 4
+    with pytest.raises(GisImportError, match=r"pipes.gpkg \(layer 'pipes'\) has 5 features, more than 4 "
+                       r"\(TJWATER_IMPORT_MAX_FEATURES\): refused"):  # fmt: skip
+        import_gis(project=ky4, path=gpkg, layer_key="mains")
+    settings.TJWATER_IMPORT_MAX_FEATURES = 5
+    settings.TJWATER_IMPORT_MAX_COLUMNS = 4
+    with pytest.raises(GisImportError, match=r"has 5 fields, more than 4 \(TJWATER_IMPORT_MAX_COLUMNS\): refused"):
+        import_gis(project=ky4, path=gpkg, layer_key="mains")
+    assert not GisLayer.objects.filter(project=ky4).exists()
+    settings.TJWATER_IMPORT_MAX_COLUMNS = 5
+    assert import_gis(project=ky4, path=gpkg, layer_key="mains").features == 5
+
+
+def _hostile_zip(tmp_path: Path, name: str, member: str, *, link: bool = False) -> Path:
+    """The pipes Shapefile zipped with one more member ``member`` (a symbolic link when ``link``)."""
+    archive = write_zipped_shapefile(tmp_path, name, pipe_features(2), crs="EPSG:3089")
+    with zipfile.ZipFile(archive, "a") as zf:
+        info = zipfile.ZipInfo(member)
+        if link:
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(info, "/etc/passwd" if link else "x")
+    return archive
+
+
+def test_zip_members_that_escape_or_link_are_refused(ky4: Project, tmp_path: Path) -> None:
+    cases = [
+        (_hostile_zip(tmp_path, "dots", "../../outside.txt"), "dots.zip: member '../../outside.txt' points outside"),
+        (_hostile_zip(tmp_path, "abs", "/tmp/abs.txt"), "abs.zip: member '/tmp/abs.txt' points outside the archive"),
+        (_hostile_zip(tmp_path, "link", "pipes.cpg", link=True), "link.zip: member 'pipes.cpg' is a symbolic link"),
+    ]
+    for archive, message in cases:
+        with pytest.raises(GisImportError) as info:
+            import_gis(project=ky4, path=archive, layer_key="shp")
+        assert str(info.value).startswith(message), str(info.value)
+    assert not GisLayer.objects.filter(project=ky4).exists()
+    assert not (tmp_path.parent / "outside.txt").exists()
+
+
+def test_sql_in_layer_and_field_names_is_data(ky4: Project, tmp_path: Path) -> None:
+    import_gis(project=ky4, path=write_layer(tmp_path, "kept", pipe_features(3), crs="EPSG:3089"), layer_key="kept")
+    layer = "x'; DROP TABLE queries_gisfeature; --"
+    column = 'a"); DELETE FROM queries_gisfeature; --'
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    features = [Feature({column: "v", "ASSET_ID": "1"}, pipe_features(1)[0].geometry)]
+    gpkg = write_layer(folder, layer, features, crs="EPSG:3089")
+    summary = import_gis(project=ky4, path=gpkg, layer_key="hostile", source_layer=layer, element_type="pipe",
+                         element_field=column)  # fmt: skip
+    assert summary.features == 1
+    stored = GisLayer.objects.get(project=ky4, layer_key="hostile")
+    assert stored.name == layer
+    assert GisFeature.objects.get(layer=stored).properties == {column: "v", "ASSET_ID": "1"}
+    assert GisFeature.objects.filter(layer__project=ky4, layer__layer_key="kept").count() == 3  # tables intact
