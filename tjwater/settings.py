@@ -159,9 +159,10 @@ STORAGES = {
 TJWATER_DATA_DIR = Path(env.str("TJWATER_DATA_DIR", default=str(BASE_DIR / "var")))
 
 # --- Bounds on what comes from outside (issue 41) ----------------------------------------------------
-# Every importer (import_network, import_gis, import_scada_devices, import_scada, upload forms) reads
-# within these, whatever the file: a longer line or field, more columns or features, a bigger or more
-# compressed archive member, or a time outside the years is refused by line / field / member.
+# Every importer (import_network, import_gis, import_scada_devices, import_scada; there is no upload form,
+# and one added later reads through queries.importer.bounded too) reads within these, whatever the file:
+# a longer line or field, more columns or features, a bigger or more compressed archive member, or a time
+# outside the years is refused by line / field / member.
 TJWATER_IMPORT_MAX_LINE_BYTES = env.int("TJWATER_IMPORT_MAX_LINE_BYTES", default=1024 * 1024)
 TJWATER_IMPORT_MAX_FIELD_BYTES = env.int("TJWATER_IMPORT_MAX_FIELD_BYTES", default=64 * 1024)
 TJWATER_IMPORT_MAX_COLUMNS = env.int("TJWATER_IMPORT_MAX_COLUMNS", default=10_000)

@@ -28,6 +28,8 @@ LOGIN_FORM = r"/login-actions/authenticate/"
 # The admin's header bar once its stylesheet applies (Django admin base.css: display flex, --header-bg).
 STYLED_HEADER = {"display": "flex", "background": "rgb(65, 118, 144)"}
 RECHECK_S = 3
+FORMULA = '=HYPERLINK("http://evil.example/","click")'
+RTL_NAME = "\u202eevil\u202c"
 
 
 def header_style(page: Page) -> dict[str, str]:
@@ -293,6 +295,9 @@ def utility_with_jobs(django_db_blocker: object, tmp_path_factory: pytest.TempPa
         (tmp / "d.csv").write_text(
             "device_id,name,quantity,unit,element_type,element_id,x,y,sample_interval_s\n"
             "PT-11,Pressure 11,pressure,psi,junction,11,,,900\n"
+            # Issue 41: a formula and a right-to-left override are names like any other, shown as text.
+            'PT-12,"=HYPERLINK(""http://evil.example/"",""click"")",pressure,psi,junction,12,,,900\n'
+            f"PT-13,{RTL_NAME},pressure,psi,junction,13,,,900\n"
         )
         import_scada_devices(project=project, path=tmp / "d.csv")
         day = datetime(2026, 4, 1, tzinfo=UTC)
@@ -326,6 +331,10 @@ def test_operator_sees_the_jobs_and_a_device_chart(
     page.screenshot("operator_sees_the_jobs_list")
     page.goto(f"{admin_server.url}/admin/queries/job/{utility_with_jobs['job']}/change/")
     assert "line 4: time: soon is not an ISO 8601 time" in page.text("#content")
+    page.goto(f"{admin_server.url}/admin/queries/scadadevice/?project__id__exact={utility_with_jobs['project']}")
+    devices = page.text("#result_list")
+    assert FORMULA in devices and RTL_NAME in devices  # the names as written: text, never a formula or a link
+    assert page.evaluate("document.querySelectorAll('a[href*=\"evil.example\"]').length") == 0
     page.goto(f"{admin_server.url}/admin/queries/scadadevice/{utility_with_jobs['device']}/change/")
     page.wait_for("svg.tjw-device-chart")
     drawn = page.evaluate(

@@ -25,7 +25,7 @@ from tests.support.mcp_http import envelope, rpc_headers
 from tests.support.resilience import Figures
 from tests.support.servers import ServerProcess
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db]
+pytestmark = [pytest.mark.e2e, pytest.mark.resilience, pytest.mark.django_db]
 
 MB = 1024 * 1024
 CONTEXTS = "/api/v1/mcp-query-contexts"

@@ -33,7 +33,8 @@ from queries.importer.epanet import import_network, wntr_network_path
 from queries.importer.gis import import_gis
 from queries.importer.scada_devices import import_scada_devices
 from queries.importer.scada_readings import import_scada
-from queries.models import Job
+from queries.models import GisFeature, GisLayer, Job, ScadaReading
+from tests.support.gis_files import Feature, write_layer
 from tests.support.resilience import Figures
 from tests.support.servers import ROOT, subprocess_database_url
 
@@ -261,6 +262,10 @@ def _gis_zip_escape(path: Path) -> None:
         zf.writestr("../../../etc/cron.d/evil", b"* * * * * root true\n")
 
 
+def _gis_points(path: Path) -> None:
+    path.write_text(json.dumps(_points(3)))
+
+
 def _gis_wide(path: Path) -> None:
     path.write_text(json.dumps(_points(1, {f"F{i}": i for i in range(10_000)})))
 
@@ -288,6 +293,7 @@ class Case:
     write: Callable[[Path], None]
     suffix: str
     expect: str  # the refusal's words (the line, row, field or bound)
+    extra: tuple[str, ...] | None = None  # the command's options beside the file, when not EXTRA's
 
 
 CASES = [
@@ -308,6 +314,7 @@ CASES = [
     Case("gis-zip-escape", "import_gis", _gis_zip_escape, ".zip", "member '../../../etc/cron.d/evil' points outside the archive"),  # noqa: E501
     Case("gis-10k-fields", "import_gis", _gis_wide, ".geojson", "has 10001 fields, more than 10000"),
     Case("gis-huge-property", "import_gis", _gis_huge_property, ".geojson", "feature fid 0: field 'NOTE' is longer than 64 KiB"),  # noqa: E501
+    Case("gis-sql-layer-key", "import_gis", _gis_points, ".zip", "--layer-key must be 1 to 64 letters", ("--layer-key", "k'; DROP TABLE queries_gisfeature; --")),  # noqa: E501
     Case("inp-nul", "import_network", _inp_nul, ".inp", "line 3 holds a NUL byte"),
     Case("inp-long-line", "import_network", _inp_long_line, ".inp", "line 2 is longer than 1 MiB"),
     Case("inp-invalid-utf8", "import_network", _inp_bad_utf8, ".inp", "line 3 of the network file is not UTF-8 text"),  # noqa: E501
@@ -326,7 +333,7 @@ def test_a_hostile_file_is_refused_cheaply_by_line_and_loses_nothing(
     size = path.stat().st_size
     with django_db_blocker.unblock():
         before = _state(hostile_project)
-    run = _run(case.command, path, *EXTRA.get(case.command, ()))
+    run = _run(case.command, path, *(case.extra if case.extra is not None else EXTRA.get(case.command, ())))
     with django_db_blocker.unblock():
         after = _state(hostile_project)
         job = Job.objects.filter(project=hostile_project).order_by("-pk").values("status", "message").first()
@@ -378,3 +385,71 @@ def test_random_times_over_decades_cost_the_rows(hostile_project: Project, tmp_p
     )
     assert run.code == 0, run.out
     assert run.rss_mb <= RSS_LIMIT_MB and run.seconds <= TIME_LIMIT_S, (run.rss_mb, run.seconds)
+
+
+def test_duplicate_and_reordered_rows_cost_the_rows_and_place_by_the_rule(
+    hostile_project: Project, django_db_blocker: Any, tmp_path: Path, figures: Figures
+) -> None:
+    """24,000 slots, each sample twice with two values, every line shuffled (2 MB): the import places by
+    the rule (the mean of an analog slot's samples), exactly as the same slots sent once, in order, as the
+    means. PT-2 gets the hostile file and PT-1 the clean one, in a window of their own."""
+    rng = random.Random(4141)
+    start = datetime(2027, 3, 1, tzinfo=UTC)
+    slots = [(start + timedelta(minutes=5 * i)).isoformat() for i in range(24_000)]
+    pairs = [(round(40 + rng.random() * 20, 2), round(40 + rng.random() * 20, 2)) for _ in slots]
+    lines = [f"PT-2,{t},{v}" for t, pair in zip(slots, pairs, strict=True) for v in pair]
+    rng.shuffle(lines)
+    hostile, clean = tmp_path / "shuffled.csv", tmp_path / "means.csv"
+    hostile.write_text("device_id,time,value\n" + "\n".join(lines) + "\n")
+    clean.write_text("device_id,time,value\n" + "".join(
+        f"PT-1,{t},{(a + b) / 2}\n" for t, (a, b) in zip(slots, pairs, strict=True)))  # fmt: skip
+    assert hostile.stat().st_size <= 2 * MB
+    try:
+        run = _run("import_scada", hostile)
+        figures.record(
+            "hostile_import.duplicated-shuffled-48k-lines",
+            {"bytes": hostile.stat().st_size, "seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1)},
+        )
+        assert run.code == 0, run.out
+        assert run.rss_mb <= RSS_LIMIT_MB and run.seconds <= TIME_LIMIT_S, (run.rss_mb, run.seconds)
+        assert _run("import_scada", clean).code == 0
+        with django_db_blocker.unblock():
+            window = ScadaReading.objects.filter(device__project=hostile_project, time__gte=start)
+            got = {
+                device: list(window.filter(device__device_id=device).order_by("time")
+                             .values_list("time", "monitored_value", "quality"))
+                for device in ("PT-1", "PT-2")
+            }  # fmt: skip
+        assert len(got["PT-2"]) == len(slots)
+        for (t1, v1, q1), (t2, v2, q2) in zip(got["PT-1"], got["PT-2"], strict=True):
+            assert (t1, q1) == (t2, q2) and abs(v1 - v2) <= 1e-9 * abs(v1), (t1, v1, v2)
+    finally:
+        with django_db_blocker.unblock():
+            ScadaReading.objects.filter(device__project=hostile_project, time__gte=start).delete()
+
+
+def test_sql_in_layer_and_field_names_is_stored_as_data(
+    hostile_project: Project, django_db_blocker: Any, tmp_path: Path, figures: Figures
+) -> None:
+    """A GeoPackage whose layer and field names are SQL, through the real command: stored as the layer's
+    name and a property key, nothing else in the project touched."""
+    layer = "x'; DROP TABLE queries_gisfeature; --"
+    field = 'a"); DELETE FROM queries_junction; --'
+    point = {"type": "Point", "coordinates": [-85.0, 38.0]}
+    gpkg = write_layer(tmp_path, layer, [Feature({field: "v"}, point)], crs="EPSG:4326")
+    with django_db_blocker.unblock():
+        readings, devices, layers, junctions = _state(hostile_project)
+    run = _run("import_gis", gpkg, "--layer-key", "sql-names", "--source-layer", layer)
+    try:
+        figures.record(
+            "hostile_import.gis-sql-names", {"seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1)}
+        )
+        assert run.code == 0, run.out
+        with django_db_blocker.unblock():
+            stored = GisLayer.objects.get(project=hostile_project, layer_key="sql-names")
+            assert (stored.name, GisFeature.objects.get(layer=stored).properties) == (layer, {field: "v"})
+            stored.delete()
+            assert _state(hostile_project) == (readings, devices, layers, junctions)
+    finally:
+        with django_db_blocker.unblock():
+            GisLayer.objects.filter(project=hostile_project, layer_key="sql-names").delete()
