@@ -16,6 +16,7 @@ these importers take (numbers, times, identifiers).
 from __future__ import annotations
 
 import gzip
+import re
 import stat
 import zipfile
 import zlib
@@ -164,6 +165,34 @@ def check_lines(path: Path, *, what: str = "file", fields: bool = False) -> None
         except UnicodeDecodeError as exc:
             line = first + whole[: exc.start].count(b"\n")
             raise HostileInput(f"{path.name}: line {line} of the {what} is not UTF-8 text") from None
+
+
+#: What GDAL would not keep of JSON text: a NUL (the raw byte, or the escape ``\u0000`` not itself escaped:
+#: an even run of backslashes before it), and a lone UTF-16 surrogate escape (GDAL stores U+FFFD for it).
+_JSON_NUL = re.compile(
+    rb"\x00|(?<!\\)(?:\\\\)*\\u(?:0000"
+    rb"|[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2}\\u)[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+_CARRY = 64  # bytes of one read kept for the next, so a match across two reads is found
+
+
+def check_json_nul(path: Path) -> None:
+    """Refuse JSON text holding a NUL (raw or as ``\\u0000``) or a lone surrogate escape, naming its line:
+    GDAL reads strings as C strings and would cut a value, or a field name, at a NUL without a word (and
+    store U+FFFD for a lone surrogate). One pass in constant memory."""
+    line, carry = 1, b""
+    with path.open("rb") as fh:
+        while chunk := fh.read(_READ):
+            buf = carry + chunk
+            found = _JSON_NUL.search(buf)
+            if found is not None:
+                at = line + buf.count(b"\n", 0, found.start())
+                text = found.group().lstrip(b"\\").decode("ascii")
+                what = "a NUL character (\\u0000)" if text in ("\0", "u0000") else f"a lone UTF-16 surrogate (\\{text})"
+                raise HostileInput(f"{path.name}: line {at} holds {what}: GDAL would not keep the text as written")
+            carry = buf[-_CARRY:]
+            line += buf.count(b"\n", 0, len(buf) - len(carry))
 
 
 def check_zip(path: Path) -> None:

@@ -27,6 +27,7 @@ and ORM parameters.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time as _time
@@ -46,7 +47,8 @@ from pyproj import CRS
 from pyproj.exceptions import CRSError
 
 from contexts.models import Project
-from queries.importer.bounded import HostileInput, check_zip
+from queries.importer.bounded import HostileInput, check_json_nul, check_zip
+from queries.importer.copy import copy_rows
 from queries.importer.georef import AREA_OF_USE_MARGIN_DEG
 from queries.models import ELEMENT_MODELS, ElementGisProperties, GisFeature, GisLayer
 from queries.models.gis import LAYER_KEY_PATTERN
@@ -54,6 +56,7 @@ from queries.models.gis import LAYER_KEY_PATTERN
 #: Formats read, by file suffix (GDAL drivers; a ``.zip`` holds a Shapefile).
 SUFFIXES = (".gpkg", ".shp", ".zip", ".geojson", ".json")
 BATCH = 2000
+FEATURE_COLUMNS = ("layer_id", "source_fid", "properties", "geom", "element_type", "element_id")
 #: Register columns filled from a linked feature's attribute of the same name (case-insensitive).
 REGISTER_ATTRIBUTES = {"material": "material", "install_year": "install_year", "diameter_class": "diameter_class",
                        "district": "district", "road": "road"}  # fmt: skip
@@ -88,11 +91,13 @@ def _open(path: Path) -> DataSource:
         raise GisImportError(f"{path.name}: not a GeoPackage, Shapefile (.shp or .zip) or GeoJSON file")
     # GDAL reads a zipped Shapefile in place through its /vsizip/ virtual file system.
     name = f"/vsizip/{path.resolve()}" if path.suffix.lower() == ".zip" else str(path.resolve())
-    if path.suffix.lower() == ".zip":
-        try:
+    try:
+        if path.suffix.lower() == ".zip":
             check_zip(path)  # every member by name, link and size before GDAL reads any
-        except HostileInput as exc:
-            raise GisImportError(str(exc)) from None
+        elif path.suffix.lower() in (".geojson", ".json"):
+            check_json_nul(path)
+    except HostileInput as exc:
+        raise GisImportError(str(exc)) from None
     try:
         return DataSource(name)
     except GDALException:
@@ -266,6 +271,13 @@ def _features(
         yield fid, attrs, geos, None
 
 
+def _copy_features(rows: list[tuple[object, ...]]) -> None:
+    """COPY a batch of features (geometry as hex EWKB, attributes as JSON text): bulk_create compiled each
+    row's SQL and adapted its geometry in Python, half of a point layer's import (py-spy, mcp_app/README.md
+    "Measuring", issue 41)."""
+    copy_rows(GisFeature._meta.db_table, FEATURE_COLUMNS, rows)
+
+
 def _attr(attrs: dict[str, Any], name: str) -> Any:
     lowered = {k.lower(): v for k, v in attrs.items()}
     return lowered.get(name.lower())
@@ -322,7 +334,7 @@ def import_gis(
             source_crs=crs_label,
             source_name=path.name[:200],
         )
-        batch: list[GisFeature] = []
+        rows: list[tuple[object, ...]] = []
         register: dict[str, dict[str, Any]] = {}
         for fid, attrs, geom, problem in _features(layer, transform, _area_of_use(srs)):
             if problem is not None:
@@ -347,24 +359,18 @@ def import_gis(
                 else:
                     linked_id = ""
                     summary.unlinked_fids.append(fid)
-            batch.append(
-                GisFeature(
-                    layer=gis_layer,
-                    source_fid=fid[:64],
-                    properties=attrs,
-                    geom=geom,
-                    element_type=(element_type or "") if linked_id else "",
-                    element_id=linked_id,
-                )
-            )
+            rows.append((
+                gis_layer.pk, fid[:64], json.dumps(attrs), None if geom is None else geom.hexewkb.decode("ascii"),
+                (element_type or "") if linked_id else "", linked_id,
+            ))  # fmt: skip
             summary.features += 1
             if geom is None:
                 summary.without_geometry.append(fid)
-            if len(batch) >= BATCH:
-                GisFeature.objects.bulk_create(batch)
-                batch = []
-        if batch:
-            GisFeature.objects.bulk_create(batch)
+            if len(rows) >= BATCH:
+                _copy_features(rows)
+                rows = []
+        if rows:
+            _copy_features(rows)
         if element_type is not None and register:
             summary.districts = _write_register(project, element_type, register, district_field, layer_key)
     summary.seconds = _time.monotonic() - t0

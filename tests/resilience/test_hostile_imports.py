@@ -266,6 +266,10 @@ def _gis_points(path: Path) -> None:
     path.write_text(json.dumps(_points(3)))
 
 
+def _gis_nul(path: Path) -> None:
+    path.write_text(json.dumps(_points(3, {"NOTE": "kept\0cut here by GDAL"})))
+
+
 def _gis_wide(path: Path) -> None:
     path.write_text(json.dumps(_points(1, {f"F{i}": i for i in range(10_000)})))
 
@@ -315,6 +319,7 @@ CASES = [
     Case("gis-10k-fields", "import_gis", _gis_wide, ".geojson", "has 10001 fields, more than 10000"),
     Case("gis-huge-property", "import_gis", _gis_huge_property, ".geojson", "feature fid 0: field 'NOTE' is longer than 64 KiB"),  # noqa: E501
     Case("gis-sql-layer-key", "import_gis", _gis_points, ".zip", "--layer-key must be 1 to 64 letters", ("--layer-key", "k'; DROP TABLE queries_gisfeature; --")),  # noqa: E501
+    Case("gis-nul-property", "import_gis", _gis_nul, ".geojson", "line 1 holds a NUL character (\\u0000)"),
     Case("inp-nul", "import_network", _inp_nul, ".inp", "line 3 holds a NUL byte"),
     Case("inp-long-line", "import_network", _inp_long_line, ".inp", "line 2 is longer than 1 MiB"),
     Case("inp-invalid-utf8", "import_network", _inp_bad_utf8, ".inp", "line 3 of the network file is not UTF-8 text"),  # noqa: E501
@@ -453,3 +458,28 @@ def test_sql_in_layer_and_field_names_is_stored_as_data(
     finally:
         with django_db_blocker.unblock():
             GisLayer.objects.filter(project=hostile_project, layer_key="sql-names").delete()
+
+
+def test_a_layer_of_many_small_features_costs_little(
+    hostile_project: Project, django_db_blocker: Any, tmp_path: Path, figures: Figures
+) -> None:
+    """2 MB of GeoJSON holding 17,000 points: the import's time and memory stay within the bounds."""
+    path = tmp_path / "many.geojson"
+    path.write_text(json.dumps(_points(17_000)))
+    assert path.stat().st_size <= 2 * MB
+    run = _run("import_gis", path, "--layer-key", "many-points")
+    try:
+        figures.record(
+            "hostile_import.gis-17k-points",
+            {"bytes": path.stat().st_size, "seconds": round(run.seconds, 2), "peak_rss_mb": round(run.rss_mb, 1)},
+        )
+        assert run.code == 0, run.out
+        assert run.rss_mb <= RSS_LIMIT_MB and run.seconds <= TIME_LIMIT_S, (run.rss_mb, run.seconds)
+        with django_db_blocker.unblock():
+            assert (
+                GisFeature.objects.filter(layer__project=hostile_project, layer__layer_key="many-points").count()
+                == 17_000
+            )
+    finally:
+        with django_db_blocker.unblock():
+            GisLayer.objects.filter(project=hostile_project, layer_key="many-points").delete()

@@ -4,6 +4,7 @@ answered by the GIS tools, replaced atomically, bad features reported by fid."""
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 import zipfile
@@ -290,3 +291,30 @@ def test_sql_in_layer_and_field_names_is_data(ky4: Project, tmp_path: Path) -> N
     assert stored.name == layer
     assert GisFeature.objects.get(layer=stored).properties == {column: "v", "ASSET_ID": "1"}
     assert GisFeature.objects.filter(layer__project=ky4, layer__layer_key="kept").count() == 3  # tables intact
+
+
+def test_a_nul_or_a_lone_surrogate_in_geojson_is_refused_by_line(ky4: Project, tmp_path: Path) -> None:
+    """GDAL reads strings as C strings: it would cut 'x\\u0000y' to 'x' (a field name too) and store U+FFFD
+    for a lone surrogate, without a word. Refused by line before GDAL reads the file; the text '\\\\u0000'
+    (an escaped backslash, then 'u0000') is kept as written."""
+
+    def collection(properties: dict[str, Any]) -> str:
+        feature = {"type": "Feature", "properties": properties, "geometry": {"type": "Point", "coordinates": [-85, 38]}}
+        return json.dumps({"type": "FeatureCollection", "features": [feature]}, indent=1)
+
+    path = tmp_path / "h.geojson"
+    for properties, what in (
+        ({"NOTE": "x\0y"}, r"a NUL character \(\\u0000\)"),
+        ({"N\0TE": "x"}, r"a NUL character \(\\u0000\)"),
+        ({"NOTE": "x\ud800"}, r"a lone UTF-16 surrogate \(\\ud800\)"),
+    ):
+        text = collection(properties)
+        path.write_text(text)
+        line = next(n for n, row in enumerate(text.splitlines(), 1) if "NOTE" in row or "N\\u0000TE" in row)
+        assert line > 1
+        with pytest.raises(GisImportError, match=rf"h.geojson: line {line} holds {what}"):
+            import_gis(project=ky4, path=path, layer_key="h")
+    assert not GisLayer.objects.filter(project=ky4).exists()
+    path.write_text(collection({"NOTE": "C:\\u0000 \U0001f600"}))
+    import_gis(project=ky4, path=path, layer_key="h")
+    assert GisFeature.objects.get(layer__project=ky4).properties == {"NOTE": "C:\\u0000 \U0001f600"}
