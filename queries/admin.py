@@ -149,8 +149,16 @@ class ScadaDeviceAdmin(ReadOnlyAdmin):
 
 @admin.register(m.NetworkSource)
 class NetworkSourceAdmin(ReadOnlyAdmin):
-    list_display = ("project", "file_name", "imported_at")
+    """Model versions: one per import_network, newest first (issue 42 item 1)."""
+
+    list_display = ("project", "version", "file_name", "short_sha256", "imported_by", "imported_at")
+    list_filter = ("project",)
+    list_select_related = ("project",)
     exclude = ("inp_text",)
+
+    @admin.display(description="SHA-256")
+    def short_sha256(self, obj: m.NetworkSource) -> str:
+        return f"{obj.sha256[:12]}…"
 
 
 @admin.register(m.Job)

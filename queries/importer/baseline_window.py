@@ -1,7 +1,7 @@
 """The model baseline of a project for any window: ``simulate_baseline_window`` (called by the
 ``simulate_baseline`` Celery task, the rolling baseline and ``import_network``'s default day).
 
-* The network is the one the project imported (``NetworkSource``: its .inp text, read by WNTR).
+* The network is the project's current model version (``current_model_version``: its .inp text, read by WNTR).
 * Patterns follow the project's local clock: EPANET's ``pattern_start`` and ``start_clocktime`` are the
   local time of day at each chunk's start (``queries.timezones.project_zone``), so a demand pattern's
   hour 7 is 07:00 where the utility is — also across a DST change: a chunk ends where the zone's offset
@@ -43,7 +43,7 @@ from wntr.network import LinkStatus, WaterNetworkModel
 
 from contexts.models import Project
 from queries.importer.epanet import NetworkImportError, quiet_epanet_log, write_baseline
-from queries.models import LinkBaseline, NetworkSource, NodeBaseline
+from queries.models import LinkBaseline, NodeBaseline, current_model_version
 from queries.timezones import project_zone
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class BaselineSummary:
 
 
 def _network(project: Project) -> WaterNetworkModel:
-    source = NetworkSource.objects.filter(project_id=project.pk).first()
+    source = current_model_version(project.pk)
     if source is None:
         raise BaselineError(f"Project {project.slug} has no imported network to simulate; run import_network first.")
     with tempfile.TemporaryDirectory(prefix="tjwater-inp-") as tmp:

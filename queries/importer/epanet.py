@@ -10,6 +10,7 @@ inside the transaction because the baseline is part of what is replaced: a netwo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import wntr
 from django.db import DataError, IntegrityError, transaction
+from django.db.models import Max
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from wntr.epanet.exceptions import EN_ERROR_CODES, EpanetException
@@ -85,6 +87,9 @@ class ImportSummary:
     seconds: float = 0.0
     #: How the coordinates were placed on the ground, in words (``placement_of``).
     placement: str = ""
+    #: The model version the import created and the SHA-256 of its .inp text.
+    model_version: int = 0
+    sha256: str = ""
 
 
 def wntr_network_path(name: str) -> Path:
@@ -714,10 +719,22 @@ def network_facts(wn: WaterNetworkModel) -> dict[str, str]:
     }
 
 
-def delete_network(project_id: int) -> None:
-    """Delete a project's network, options, schemas and baseline (single DELETEs, no cascades)."""
-    for model in (NodeBaseline, LinkBaseline, NetworkSource, *NETWORK_MODELS):
+def delete_network(project_id: int, *, keep_versions: bool = False) -> None:
+    """Delete a project's network, options, schemas and baseline (single DELETEs, no cascades), and its
+    model versions unless ``keep_versions`` (a re-import keeps them: they are a history)."""
+    for model in (NodeBaseline, LinkBaseline, *NETWORK_MODELS):
         model.objects.filter(project_id=project_id).delete()
+    if not keep_versions:
+        NetworkSource.objects.filter(project_id=project_id).delete()
+
+
+def add_model_version(*, project_id: int, file_name: str, inp_text: str, imported_by: str) -> NetworkSource:
+    """The project's next model version (inside the caller's transaction, which holds the project lock)."""
+    last = NetworkSource.objects.filter(project_id=project_id).aggregate(v=Max("version"))["v"] or 0
+    return NetworkSource.objects.create(
+        project_id=project_id, version=last + 1, file_name=file_name[:255], inp_text=inp_text,
+        sha256=hashlib.sha256(inp_text.encode()).hexdigest(), imported_by=imported_by[:150],
+    )  # fmt: skip
 
 
 def local_day_start(project: Project, now: datetime | None = None) -> datetime:
@@ -737,8 +754,10 @@ def import_network(
     baseline_hours: float = 24.0,
     step_minutes: int = 15,
     start: datetime | None = None,
+    imported_by: str = "",
 ) -> ImportSummary:
-    """Import ``inp_path`` as ``project``'s network, replacing the old one atomically.
+    """Import ``inp_path`` as ``project``'s network, replacing the old one atomically, as its next model
+    version (``imported_by`` says who).
 
     With ``crs`` the coordinates are in that CRS and transformed exactly; without it ``center``/``scale``
     place a schematic drawing (``scale`` metres per drawn unit); ``center=None`` (the command without
@@ -762,13 +781,15 @@ def import_network(
         with transaction.atomic():
             # Lock the project row so two imports of the same project serialize, not interleave.
             Project.objects.select_for_update().filter(pk=project.pk).first()
-            delete_network(project.pk)
+            delete_network(project.pk, keep_versions=True)
             Project.objects.filter(pk=project.pk).update(**network_facts(wn))
             summary.counts.update(write_network(project_id=project.pk, wn=wn, geometry=geometry))
-            NetworkSource.objects.update_or_create(
-                project_id=project.pk,
-                defaults={"file_name": inp_path.name[:255], "inp_text": inp_path.read_text(errors="replace")},
-            )
+            version = add_model_version(
+                project_id=project.pk, file_name=inp_path.name,
+                inp_text=inp_path.read_bytes().decode("utf-8", errors="replace"),  # as is: CRLF kept
+                imported_by=imported_by,
+            )  # fmt: skip
+            summary.model_version, summary.sha256 = version.version, version.sha256
             if baseline_hours > 0:
                 local = start.astimezone(project_zone(project))
                 wn.options.time.pattern_start = wn.options.time.start_clocktime = (

@@ -12,7 +12,7 @@ from queries.models.analysis import (
     AnalysisRun,
     RunStatus,
 )
-from queries.models.baseline import LinkBaseline, NetworkSource, NodeBaseline
+from queries.models.baseline import LinkBaseline, NetworkSource, NodeBaseline, current_model_version
 from queries.models.gis import ElementGisProperties, GisFeature, GisLayer
 from queries.models.jobs import Job, JobKind, JobStatus
 from queries.models.network import (
@@ -59,6 +59,7 @@ __all__ = [
     "LinkStatus",
     "NetworkOptions",
     "NetworkSource",
+    "current_model_version",
     "NetworkSchema",
     "NodeBaseline",
     "Observation",

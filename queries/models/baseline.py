@@ -12,6 +12,7 @@ table (``rank_model_baseline`` over 332 k junctions of the scale network: 2.2 s 
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 
 class NodeValues(models.Model):
@@ -96,14 +97,34 @@ class LinkBaseline(LinkValues):
 
 
 class NetworkSource(models.Model):
-    """The EPANET .inp text a project's network was imported from, kept so the model baseline can be
-    simulated again for any window (``simulate_baseline``, the rolling baseline) with the same network
-    WNTR read at import. Replaced with the network (one row per project)."""
+    """A model version (issue 42 item 1): the EPANET .inp text of one ``import_network``, its SHA-256, the
+    file name, who imported it and when. Every import adds one (numbered 1, 2, … per project); the
+    project's current version is the newest (``current_model_version``). The baseline is simulated again
+    from it for any window (``simulate_baseline``, the rolling baseline) with the network WNTR read at
+    import. Versions are a history: an import never deletes one, only deleting the project does (runs,
+    baseline windows and evidence that name a version keep it)."""
 
-    project = models.OneToOneField("contexts.Project", on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(
+        "contexts.Project", on_delete=models.CASCADE, related_name="model_versions", db_index=False
+    )
+    version = models.PositiveIntegerField()
     file_name = models.CharField(max_length=255)
     inp_text = models.TextField()
-    imported_at = models.DateTimeField(auto_now=True)
+    #: SHA-256 (hex) of ``inp_text`` in UTF-8: the file as imported (``import_network`` refuses text that
+    #: is not UTF-8, so these are the file's bytes).
+    sha256 = models.CharField(max_length=64)
+    imported_by = models.CharField(max_length=150, blank=True, default="")
+    imported_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["project_id", "-version"]
+        verbose_name = "model version"
+        constraints = [models.UniqueConstraint(fields=["project", "version"], name="networksource_project_version")]
 
     def __str__(self) -> str:
-        return f"{self.project_id}: {self.file_name}"
+        return f"{self.project_id}: v{self.version} {self.file_name}"
+
+
+def current_model_version(project_id: int) -> NetworkSource | None:
+    """The project's newest model version, or None before its first ``import_network``."""
+    return NetworkSource.objects.filter(project_id=project_id).order_by("-version").first()

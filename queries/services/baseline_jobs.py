@@ -168,7 +168,7 @@ def rolling_baseline(*, now: datetime | None = None) -> RollingResult:
     lo = grid(now - timedelta(days=settings.TJWATER_BASELINE_PAST_DAYS))
     hi = grid(now + timedelta(days=1))  # the instant holding at now + 1 day
     result = RollingResult()
-    project_ids = NetworkSource.objects.order_by("project_id").values_list("project_id", flat=True)
+    project_ids = NetworkSource.objects.order_by("project_id").values_list("project_id", flat=True).distinct()
     for project in Project.objects.filter(pk__in=list(project_ids)).order_by("pk"):
         for start, end in missing_windows(project, lo, hi, step_s):
             hours = (end - start).total_seconds() / 3600

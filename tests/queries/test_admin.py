@@ -40,7 +40,8 @@ def job_rows(demo_loaded: None, db: None) -> None:
     from queries.models import Job, NetworkSource
 
     project = Project.objects.get(slug="tianjin-demo")
-    NetworkSource.objects.create(project=project, file_name="Net6.inp", inp_text="[TITLE]\n[END]\n")
+    NetworkSource.objects.create(project=project, version=1, file_name="Net6.inp", inp_text="[TITLE]\n[END]\n",
+                                 sha256="0" * 64)  # fmt: skip
     Job.objects.create(project=project, kind="scada_import", subject="historian.csv", status="succeeded", rows=1)
 
 

@@ -3,6 +3,7 @@ import an EPANET network into a project."""
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,14 @@ def parse_center(value: str) -> tuple[float, float]:
         return float(lon_s), float(lat_s)
     except ValueError as exc:
         raise CommandError(f"--center must be LON,LAT in degrees, got {value!r}") from exc
+
+
+def _operator() -> str:
+    """Who ran the command, as the model version records it: ``manage.py (<OS user>)``."""
+    try:
+        return f"manage.py ({getpass.getuser()})"
+    except (KeyError, OSError):  # no name for the process's uid (a bare container)
+        return "manage.py"
 
 
 class Command(BaseCommand):
@@ -94,13 +103,18 @@ class Command(BaseCommand):
                 crs=crs,
                 baseline_hours=0.0 if options["no_baseline"] else options["baseline_hours"],
                 step_minutes=options["step_minutes"],
+                imported_by=_operator(),
             )
         except NetworkImportError as exc:
             job_failed(job, str(exc))
             raise CommandError(str(exc)) from exc
-        job_finished(job, rows=sum(summary.counts.values()), detail={"placement": summary.placement, **summary.counts})
+        job_finished(
+            job, rows=sum(summary.counts.values()),
+            detail={"placement": summary.placement, "model_version": summary.model_version, **summary.counts},
+        )  # fmt: skip
         counts = ", ".join(f"{k}={v}" for k, v in summary.counts.items())
         self.stdout.write(
             f"imported {Path(options['file']).name} into {project.slug} ({summary.placement}) "
-            f"in {summary.seconds:.1f}s: {counts}"
+            f"in {summary.seconds:.1f}s: {counts}; model version {summary.model_version} "
+            f"(sha256 {summary.sha256[:12]}…)"
         )
