@@ -79,7 +79,11 @@ def missing_method_scope(scopes: Collection[str], method: str | None) -> str | N
 #     bound task's own context and evidence);
 #  3. whatever the permissions say, a tool whose name marks one of the forbidden capability classes is
 #     never given to a reader.
-READER_QUERY_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission)
+#: Permissions that start work rather than read data (issue 42 item 3): never a reader's, and implied by
+#: no view permission (nor do they imply one). Sensor placement's ``optimization.run`` also gates reading
+#: its results, so it stays a query permission.
+RUN_PERMISSIONS: frozenset[str] = frozenset({Permission.SIMULATION_RUN.value})
+READER_QUERY_PERMISSIONS: frozenset[str] = frozenset(p.value for p in Permission) - RUN_PERMISSIONS
 READER_FORBIDDEN_NAME_MARKERS: tuple[str, ...] = (
     "publish",
     "approve",

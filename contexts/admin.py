@@ -36,6 +36,7 @@ from contexts.models import (
     Membership,
     Principal,
     Project,
+    ProjectCompute,
     QueryContext,
     Task,
     TaskReport,
@@ -142,12 +143,30 @@ class OnboardingAdmin(ReadOnlyAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(OnboardingAdmin):
-    list_display = ["slug", "name", "timezone", "unit_system", "created_at"]
+    list_display = ["slug", "name", "timezone", "unit_system", "analyses", "created_at"]
     search_fields = ["slug", "name"]
+    list_select_related = ["compute"]
     onboarding_path = "create"
     onboarding_label = "Create a project"
     onboarding_view = admin_onboarding.project_create_view
-    actions = [admin_onboarding.delete_projects]
+    actions = [admin_onboarding.delete_projects, admin_onboarding.set_compute]
+
+    @admin.display(description="analyses")
+    def analyses(self, obj: Project) -> str:
+        """Off, or on with its limits (issue 42 item 3)."""
+        compute = getattr(obj, "compute", None)
+        if compute is None or not compute.enabled:
+            return "off"
+        return f"on: {compute.cpu_seconds_per_day} CPU s/day, {compute.max_concurrent} at once"
+
+
+@admin.register(ProjectCompute)
+class ProjectComputeAdmin(ReadOnlyAdmin):
+    """Each project's analyses switch and limits (set with the Projects action or ``project_compute``)."""
+
+    list_display = ["project", "enabled", "cpu_seconds_per_day", "max_concurrent", "max_run_seconds", "updated_at"]
+    list_filter = ["enabled"]
+    list_select_related = ["project"]
 
 
 @admin.register(Principal)

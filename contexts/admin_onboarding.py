@@ -53,6 +53,13 @@ class DeleteProjectForm(forms.Form):
     )
 
 
+class ComputeForm(forms.Form):
+    enabled = forms.BooleanField(required=False, label="analyses on", help_text="Off refuses every new run.")
+    cpu_seconds_per_day = forms.IntegerField(required=False, min_value=1, help_text="CPU seconds of runs per UTC day")
+    max_concurrent = forms.IntegerField(required=False, min_value=1, help_text="runs queued or running at once")
+    max_run_seconds = forms.IntegerField(required=False, min_value=1, help_text="the hard time limit of one run")
+
+
 class RevokeMembershipForm(forms.Form):
     reason = forms.CharField(max_length=500, widget=forms.TextInput(attrs={"size": 60}))
 
@@ -168,6 +175,37 @@ def delete_projects(model_admin: admin.ModelAdmin[Any], request: HttpRequest, qu
         submit="Delete",
         rows=rows,
         action="delete_projects",
+        selected_ids=[p.pk for p in rows],
+        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+    )
+
+
+@admin.action(description="Set analyses (compute) for selected projects", permissions=["onboard"])
+def set_compute(model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[Project]) -> Any:
+    """Ask for the switch and the limits (intermediate page), then set each through ``project_compute``
+    (audited; what is left empty stays as it was)."""
+    rows = list(queryset.order_by("slug")[:50])
+    form = ComputeForm(request.POST if "confirm" in request.POST else None)
+    if form.is_valid():
+        changed = 0
+        for project in rows:
+            try:
+                onboarding.project_compute(slug=project.slug, actor=operator(request), **form.cleaned_data)
+            except ApplicationError as exc:
+                model_admin.message_user(request, f"{project.slug}: {exc.message}", messages.ERROR)
+            else:
+                changed += 1
+        if changed:
+            model_admin.message_user(request, f"Analyses set for {changed} project(s).", messages.SUCCESS)
+        return None
+    return _form_page(
+        model_admin,
+        request,
+        "Set analyses (compute)",
+        form,
+        submit="Set",
+        rows=rows,
+        action="set_compute",
         selected_ids=[p.pk for p in rows],
         action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
     )

@@ -21,6 +21,7 @@ class Permission(models.TextChoices):
     SCADA_VIEW = "scada.view", "SCADA devices and readings"
     SIMULATION_VIEW = "simulation.view", "Model baseline and analysis series"
     OPTIMIZATION_RUN = "optimization.run", "Sensor placement runs"
+    SIMULATION_RUN = "simulation.run", "Run hydraulic analyses (what-if, burst, isolation, flushing, contaminant)"
 
 
 class UnitSystem(models.TextChoices):
@@ -53,6 +54,27 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+class ProjectCompute(models.Model):
+    """Whether a project may run analyses, and what they may cost (issue 42 item 3): off by default
+    (no row is off); changed only through ``contexts.onboarding.project_compute`` (audited), by the
+    ``project_compute`` command or the admin's action."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="compute")
+    enabled = models.BooleanField(default=False)
+    cpu_seconds_per_day = models.PositiveIntegerField(default=0, help_text="CPU seconds of runs per UTC day")
+    max_concurrent = models.PositiveSmallIntegerField(default=0, help_text="runs queued or running at once")
+    max_run_seconds = models.PositiveIntegerField(default=600, help_text="the hard time limit of one run")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "project compute"
+        verbose_name_plural = "project compute"
+
+    def __str__(self) -> str:
+        state = "on" if self.enabled else "off"
+        return f"{self.project_id}: analyses {state}"
 
 
 class Principal(models.Model):
@@ -315,6 +337,7 @@ class AccessEvent(models.Model):
         MEMBERSHIP_REVOKED = "membership_revoked"
         PROJECT_UNITS_CHANGED = "project_units_changed"
         PROJECT_DELETED = "project_deleted"
+        PROJECT_COMPUTE_CHANGED = "project_compute_changed"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.CharField(max_length=300)

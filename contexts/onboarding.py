@@ -20,7 +20,16 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from contexts.errors import InvalidParameter, NotFound
-from contexts.models import AccessEvent, Membership, Permission, Principal, Project, QueryContext, UnitSystem
+from contexts.models import (
+    AccessEvent,
+    Membership,
+    Permission,
+    Principal,
+    Project,
+    ProjectCompute,
+    QueryContext,
+    UnitSystem,
+)
 from contexts.services import MAX_REVOKE_BATCH, Actor, context_revoke, contexts_revoke_for_principal
 
 KNOWN_PERMISSIONS = frozenset(Permission.values)
@@ -110,6 +119,58 @@ def project_set_unit_system(*, slug: str, unit_system: str, actor: Actor) -> Pro
     project.save(update_fields=["unit_system"])
     _audit(AccessEvent.Action.PROJECT_UNITS_CHANGED, actor=actor, project=project, before=before, after=unit_system)
     return project
+
+
+#: What project_compute accepts (issue 42 item 3): a day's CPU seconds, runs at once, one run's seconds.
+COMPUTE_BOUNDS = {"cpu_seconds_per_day": (1, 10_000_000), "max_concurrent": (1, 64), "max_run_seconds": (1, 86_400)}
+COMPUTE_FIELDS = ("enabled", *COMPUTE_BOUNDS)
+
+
+def compute_of(project: Project) -> dict[str, object]:
+    """The project's analyses switch and limits as they stand (off, with no limits, before any change)."""
+    row = ProjectCompute.objects.filter(project=project).first() or ProjectCompute(project=project)
+    return {name: getattr(row, name) for name in COMPUTE_FIELDS}
+
+
+@transaction.atomic
+def project_compute(
+    *,
+    slug: str,
+    actor: Actor,
+    enabled: bool | None = None,
+    cpu_seconds_per_day: int | None = None,
+    max_concurrent: int | None = None,
+    max_run_seconds: int | None = None,
+) -> dict[str, object]:
+    """Turn a project's analyses on or off and set their limits (what is not given stays). Enabling needs
+    a day's CPU seconds and a number of concurrent runs (given now or before). Audited with before and
+    after; a call that changes nothing writes no audit row. Returns the state after."""
+    project = Project.objects.select_for_update().filter(slug=slug).first()
+    if project is None:
+        raise NotFound(f"No project {slug!r}.")
+    given = {"cpu_seconds_per_day": cpu_seconds_per_day, "max_concurrent": max_concurrent,
+             "max_run_seconds": max_run_seconds}  # fmt: skip
+    for name, value in given.items():
+        low, high = COMPUTE_BOUNDS[name]
+        if value is not None and not low <= value <= high:
+            flag = "--" + name.replace("_", "-")
+            raise InvalidParameter(f"{flag} must be from {low} to {high}, not {value}.", details={"field": name})
+    row, _ = ProjectCompute.objects.get_or_create(project=project)
+    before = {name: getattr(row, name) for name in COMPUTE_FIELDS}
+    for name, value in given.items():
+        if value is not None:
+            setattr(row, name, value)
+    if enabled is not None:
+        row.enabled = enabled
+    if row.enabled and (row.cpu_seconds_per_day < 1 or row.max_concurrent < 1):
+        raise InvalidParameter(
+            f"Enabling analyses for {slug!r} needs --cpu-seconds-per-day and --max-concurrent (at least 1 each)."
+        )
+    after = {name: getattr(row, name) for name in COMPUTE_FIELDS}
+    if after != before:
+        row.save()
+        _audit(AccessEvent.Action.PROJECT_COMPUTE_CHANGED, actor=actor, project=project, before=before, after=after)
+    return after
 
 
 def _project(slug: str) -> Project:

@@ -157,6 +157,7 @@ def test_non_staff_users_cannot_see_contexts(world: World) -> None:
         "taskreport",
         "contextevent",
         "accessevent",
+        "projectcompute",
     ],
 )
 def test_every_contexts_model_is_browsable(world: World, model: str) -> None:
