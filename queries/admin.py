@@ -289,6 +289,23 @@ class GisFeatureAdmin(ReadOnlyAdmin):
     search_fields = ("=source_fid", "=element_id")
 
 
+@admin.register(m.IsolationValve)
+class IsolationValveAdmin(ReadOnlyAdmin):
+    """The isolation valves of valve layers (``import_gis --as-valves``): the link and the node of each."""
+
+    list_display = ("source_fid", "layer", "link_id", "node_id")
+    list_filter = ("layer",)
+    list_select_related = ("layer",)
+    search_fields = ("=source_fid", "=link_id", "=node_id")
+
+
+@admin.register(m.ValveSegments)
+class ValveSegmentsAdmin(ReadOnlyAdmin):
+    list_display = ("model_version", "layer", "computed_at")
+    list_select_related = ("model_version", "layer")
+    exclude = ("node_segments", "link_segments")
+
+
 @admin.register(m.WorkbenchRuntime)
 class WorkbenchRuntimeAdmin(ReadOnlyAdmin):
     list_display = ("project", "simulation_clock", "active_scenario", "mode", "captured_at")

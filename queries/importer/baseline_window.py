@@ -44,6 +44,7 @@ from wntr.network import LinkStatus, WaterNetworkModel
 from contexts.models import Project
 from queries.importer.epanet import NetworkImportError, quiet_epanet_log, write_baseline
 from queries.models import LinkBaseline, NodeBaseline, current_model_version
+from queries.runs.model import read_model_version
 from queries.timezones import project_zone
 
 logger = logging.getLogger(__name__)
@@ -80,10 +81,7 @@ def _network(project: Project) -> WaterNetworkModel:
     source = current_model_version(project.pk)
     if source is None:
         raise BaselineError(f"Project {project.slug} has no imported network to simulate; run import_network first.")
-    with tempfile.TemporaryDirectory(prefix="tjwater-inp-") as tmp:
-        path = Path(tmp) / "network.inp"
-        path.write_text(source.inp_text)
-        return wntr.network.WaterNetworkModel(str(path))
+    return read_model_version(source)
 
 
 def align_patterns(wn: WaterNetworkModel, start: datetime, project: Project) -> None:

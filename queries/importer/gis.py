@@ -50,12 +50,13 @@ from contexts.models import Project
 from queries.importer.bounded import HostileInput, check_json_nul, check_zip
 from queries.importer.copy import copy_rows
 from queries.importer.georef import AREA_OF_USE_MARGIN_DEG
-from queries.models import ELEMENT_MODELS, ElementGisProperties, GisFeature, GisLayer
+from queries.models import ELEMENT_MODELS, ElementGisProperties, GisFeature, GisLayer, IsolationValve, Pipe, Pump, Valve
 from queries.models.gis import LAYER_KEY_PATTERN
 
 #: Formats read, by file suffix (GDAL drivers; a ``.zip`` holds a Shapefile).
 SUFFIXES = (".gpkg", ".shp", ".zip", ".geojson", ".json")
 BATCH = 2000
+LINK_MODELS = (Pipe, Pump, Valve)
 FEATURE_COLUMNS = ("layer_id", "source_fid", "properties", "geom", "element_type", "element_id")
 #: Register columns filled from a linked feature's attribute of the same name (case-insensitive).
 REGISTER_ATTRIBUTES = {"material": "material", "install_year": "install_year", "diameter_class": "diameter_class",
@@ -82,6 +83,31 @@ class GisImportSummary:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     districts: int = 0
     seconds: float = 0.0
+    #: Isolation valves stored (a valve layer, ``valve_fields``).
+    valves: int = 0
+
+
+def _model_links(project: Project) -> dict[str, tuple[str, str]]:
+    """Every link of the project's model (pipes, pumps, valves) → its two end nodes."""
+    ends: dict[str, tuple[str, str]] = {}
+    for model in LINK_MODELS:
+        for link_id, start, end in model.objects.filter(project=project).values_list(
+            "element_id", "start_node_id", "end_node_id"
+        ):
+            ends[link_id] = (start, end)
+    return ends
+
+
+def _valve_problem(attrs: dict[str, Any], fields: tuple[str, str], ends: dict[str, tuple[str, str]]) -> str | None:
+    """Why a valve feature cannot be stored (its link unknown, its node not an end of the link), or None."""
+    link, node = (str(attrs.get(name) or "") for name in fields)
+    if link not in ends:
+        return f"valve names link {link!r} ({fields[0]}), which is not in the model"
+    if node not in ends[link]:
+        return (
+            f"valve names node {node!r} ({fields[1]}), which is not an end of link {link!r} ({', '.join(ends[link])})"
+        )
+    return None
 
 
 def _open(path: Path) -> DataSource:
@@ -294,8 +320,11 @@ def import_gis(
     element_field: str | None = None,
     district_field: str | None = None,
     strict: bool = False,
+    valve_fields: tuple[str, str] | None = None,
 ) -> GisImportSummary:
-    """Import one layer of ``path`` as the project's source layer ``layer_key``, replacing it atomically."""
+    """Import one layer of ``path`` as the project's source layer ``layer_key``, replacing it atomically.
+    With ``valve_fields`` (the attributes naming each valve's link and node) it is a valve layer: point
+    features, each stored as an ``IsolationValve`` when its link and node are in the model."""
     t0 = _time.monotonic()
     if not layer_key or len(layer_key) > 64 or not re.fullmatch(LAYER_KEY_PATTERN, layer_key):
         raise GisImportError(
@@ -307,15 +336,22 @@ def import_gis(
         raise GisImportError(f"--element-type must be one of {', '.join(ELEMENT_MODELS)}")
     if district_field and element_type is None:
         raise GisImportError("--district-field sets the district of linked elements: give --element-type too")
+    if valve_fields is not None and element_type is not None:
+        raise GisImportError("--as-valves names each valve's link and node: it takes no --element-type")
     ds = _open(path)
     layer = _layer(ds, path, source_layer)
     srs, crs_label = _source_srs(layer, path, crs)
-    for name in filter(None, (element_field, district_field)):
+    if valve_fields is not None and layer.geom_type.name not in ("Point", "Point25D"):
+        raise GisImportError(f"layer {layer.name} holds {layer.geom_type.name} features: a valve layer holds points")
+    for name in filter(None, (element_field, district_field, *(valve_fields or ()))):
         if name not in layer.fields:
             raise GisImportError(f"layer {layer.name} has no field {name!r}; its fields: {', '.join(layer.fields)}")
     transform = CoordTransform(srs, SpatialReference(4326))
     summary = GisImportSummary(layer_key=layer_key, source_layer=layer.name, source_crs=crs_label)
     element_ids: set[str] = set()
+    link_ends = _model_links(project) if valve_fields is not None else {}
+    if valve_fields is not None and not link_ends:
+        raise GisImportError(f"project {project.slug} has no network links for the valves: run import_network first")
     if element_type is not None:
         element_ids = set(
             ELEMENT_MODELS[element_type].objects.filter(project=project).values_list("element_id", flat=True)
@@ -333,7 +369,9 @@ def import_gis(
             geometry_type=layer.geom_type.name[:32],
             source_crs=crs_label,
             source_name=path.name[:200],
+            kind="valves" if valve_fields is not None else "features",
         )
+        valves: list[IsolationValve] = []
         rows: list[tuple[object, ...]] = []
         register: dict[str, dict[str, Any]] = {}
         for fid, attrs, geom, problem in _features(layer, transform, _area_of_use(srs)):
@@ -344,6 +382,14 @@ def import_gis(
                 continue
             if geom is None and strict:
                 raise GisImportError(f"{path.name}: feature fid {fid}: no geometry (--strict: nothing imported)")
+            if valve_fields is not None:
+                if (bad := _valve_problem(attrs, valve_fields, link_ends)) is not None:
+                    if strict:
+                        raise GisImportError(f"{path.name}: feature fid {fid}: {bad} (--strict: nothing imported)")
+                    summary.skipped.append((fid, bad))
+                    continue
+                link, node = (str(attrs[name]) for name in valve_fields)
+                valves.append(IsolationValve(layer=gis_layer, source_fid=fid[:64], link_id=link, node_id=node))
             linked_id = ""
             if element_field is not None:
                 value = attrs.get(element_field)
@@ -371,6 +417,8 @@ def import_gis(
                 rows = []
         if rows:
             _copy_features(rows)
+        IsolationValve.objects.bulk_create(valves, batch_size=BATCH)
+        summary.valves = len(valves)
         if element_type is not None and register:
             summary.districts = _write_register(project, element_type, register, district_field, layer_key)
     summary.seconds = _time.monotonic() - t0

@@ -13,7 +13,7 @@ from queries.models.analysis import (
     RunStatus,
 )
 from queries.models.baseline import LinkBaseline, NetworkSource, NodeBaseline, current_model_version
-from queries.models.gis import ElementGisProperties, GisFeature, GisLayer
+from queries.models.gis import ElementGisProperties, GisFeature, GisLayer, IsolationValve, ValveSegments
 from queries.models.jobs import Job, JobKind, JobStatus
 from queries.models.network import (
     ELEMENT_MODELS,
@@ -51,6 +51,8 @@ __all__ = [
     "ElementGisProperties",
     "GisFeature",
     "GisLayer",
+    "IsolationValve",
+    "ValveSegments",
     "Job",
     "JobKind",
     "JobStatus",

@@ -54,6 +54,9 @@ class GisLayer(models.Model):
     source_crs = models.CharField(max_length=32, default="EPSG:4326")
     source_name = models.CharField(max_length=200, blank=True, default="")
     exported_at = models.DateTimeField(null=True, blank=True)
+    #: ``valves``: a layer of isolation valves (``import_gis --as-valves``), one ``IsolationValve`` per
+    #: valve naming its pipe and node; ``features`` for any other layer.
+    kind = models.CharField(max_length=16, default="features")
 
     class Meta:
         ordering = ["project_id", "layer_key"]
@@ -79,3 +82,40 @@ class GisFeature(models.Model):
 
     def __str__(self) -> str:
         return self.source_fid
+
+
+class IsolationValve(models.Model):
+    """One isolation valve of a valve layer (issue 42 item 2): the link it sits on and the node it
+    protects (the link's end next to it), as ``wntr.metrics.valve_segments`` takes them. Replaced with
+    the layer; a valve naming no model element, or a node that is not an end of its link, is reported by
+    fid at import and never stored."""
+
+    layer = models.ForeignKey(GisLayer, on_delete=models.CASCADE, related_name="valves", db_index=False)
+    source_fid = models.CharField(max_length=64)
+    link_id = models.CharField(max_length=64)
+    node_id = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["layer_id", "source_fid"]
+        constraints = [models.UniqueConstraint(fields=["layer", "source_fid"], name="isolationvalve_layer_fid_uniq")]
+
+    def __str__(self) -> str:
+        return f"valve {self.source_fid} on {self.link_id} at {self.node_id}"
+
+
+class ValveSegments(models.Model):
+    """The segments of one model version cut by one valve layer (``queries.runs.segments``), computed
+    once: a re-import of either makes a new key (a new version, a new layer row)."""
+
+    model_version = models.ForeignKey("queries.NetworkSource", on_delete=models.CASCADE, related_name="+")
+    layer = models.ForeignKey(GisLayer, on_delete=models.CASCADE, related_name="+", db_index=False)
+    node_segments = models.JSONField(default=dict)
+    link_segments = models.JSONField(default=dict)
+    computed_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["layer", "model_version"], name="valvesegments_key_uniq")]
+        verbose_name_plural = "valve segments"
+
+    def __str__(self) -> str:
+        return f"segments of v{self.model_version_id} by layer {self.layer_id}"

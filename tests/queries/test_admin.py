@@ -35,13 +35,19 @@ def superuser_client(db: None) -> Client:
 
 @pytest.fixture
 def job_rows(demo_loaded: None, db: None) -> None:
-    """A job and a kept .inp for the demo project (the demo seeds neither; rolled back with the test)."""
+    """A job, a kept .inp and a valve layer with its segments for the demo project (the demo seeds none of
+    them; rolled back with the test)."""
     from contexts.models import Project
-    from queries.models import Job, NetworkSource
+    from queries.models import GisLayer, IsolationValve, Job, NetworkSource, ValveSegments
 
     project = Project.objects.get(slug="tianjin-demo")
-    NetworkSource.objects.create(project=project, version=1, file_name="Net6.inp", inp_text="[TITLE]\n[END]\n",
-                                 sha256="0" * 64)  # fmt: skip
+    source = NetworkSource.objects.create(project=project, version=1, file_name="Net6.inp",
+                                          inp_text="[TITLE]\n[END]\n", sha256="0" * 64)  # fmt: skip
+    valves = GisLayer.objects.create(project=project, layer_key="valves-admin", name="valves", geometry_type="Point",
+                                     kind="valves")  # fmt: skip
+    IsolationValve.objects.create(layer=valves, source_fid="1", link_id="LINK-1", node_id="NODE-1")
+    ValveSegments.objects.create(model_version=source, layer=valves, node_segments={"NODE-1": 1},
+                                 link_segments={"LINK-1": 1})  # fmt: skip
     Job.objects.create(project=project, kind="scada_import", subject="historian.csv", status="succeeded", rows=1)
 
 

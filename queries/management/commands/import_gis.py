@@ -31,12 +31,30 @@ class Command(BaseCommand):
         parser.add_argument("--element-field", default=None, help="attribute holding the model element id")
         parser.add_argument("--district-field", default=None, help="attribute holding the district of the element")
         parser.add_argument("--strict", action="store_true", help="refuse the whole file if any feature is bad")
+        parser.add_argument(
+            "--as-valves",
+            action="store_true",
+            help="a layer of isolation valves (points), each naming its link and node",
+        )
+        parser.add_argument("--link-field", default=None, help="with --as-valves: attribute naming the valve's link")
+        parser.add_argument(
+            "--node-field", default=None, help="with --as-valves: attribute naming the node it protects"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
         path = Path(options["file"])
+        valve_fields = None
+        if options["as_valves"]:
+            if not (options["link_field"] and options["node_field"]):
+                raise CommandError(
+                    "--as-valves needs --link-field and --node-field (the attributes naming each valve's link and node)"
+                )
+            valve_fields = (options["link_field"], options["node_field"])
+        elif options["link_field"] or options["node_field"]:
+            raise CommandError("--link-field and --node-field describe a valve layer: give --as-valves too")
         job = job_started(project=project, kind="gis_import", subject=path.name, started_by="manage.py")
         try:
             summary = import_gis(
@@ -49,6 +67,7 @@ class Command(BaseCommand):
                 element_field=options["element_field"],
                 district_field=options["district_field"],
                 strict=options["strict"],
+                valve_fields=valve_fields,
             )
         except GisImportError as exc:
             job_failed(job, str(exc))
@@ -63,6 +82,7 @@ class Command(BaseCommand):
                 "source_crs": summary.source_crs,
                 "linked": summary.linked,
                 "without_geometry": len(summary.without_geometry),
+                "valves": summary.valves,
             },
         )
         for fid, reason in summary.skipped:
@@ -84,4 +104,6 @@ class Command(BaseCommand):
                 line += f", {len(summary.unlinked_fids)} naming no model element (fids {shown}{more})"
         if options["district_field"]:
             line += f", {summary.districts} districts set"
+        if valve_fields is not None:
+            line += f", {summary.valves} isolation valves"
         self.stdout.write(line)
