@@ -583,6 +583,33 @@ def _copy_binary(table: str, columns: list[tuple[str, str, np.ndarray]]) -> None
         cp.write(_COPY_TRAILER)
 
 
+class _Staged:
+    """Rows of one temp table gathered across blocks and sent by one binary COPY per ``FLUSH_ROWS`` (a
+    block of a sparse file holds a handful of rows: a COPY per block was a round trip per block)."""
+
+    FLUSH_ROWS = 200_000
+
+    def __init__(self, table: str, layout: list[tuple[str, str]]) -> None:
+        self.table, self.layout = table, layout
+        self.parts: list[list[np.ndarray]] = []
+        self.rows = 0
+
+    def add(self, *values: np.ndarray) -> None:
+        if len(values[0]):
+            self.parts.append(list(values))
+            self.rows += len(values[0])
+            if self.rows >= self.FLUSH_ROWS:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.parts:
+            columns = [np.concatenate([part[i] for part in self.parts]) for i in range(len(self.layout))]
+            _copy_binary(
+                self.table, [(name, code, col) for (name, code), col in zip(self.layout, columns, strict=True)]
+            )
+        self.parts, self.rows = [], 0
+
+
 class _Spans:
     """Per device: the first and last slot staged, and whether every device's slots came strictly
     increasing through the file (then each slot holds one sample and the slot aggregation is skipped —
@@ -752,6 +779,10 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
     # short (gap rows) or long (no rows).
     written: list[tuple[int, int, int]] = []
     prev_pk, prev_last = -1, None
+    with_stored = _blocks_with_stored_rows(by_pk)
+    final = _Staged("tjw_final", [("device_id", ">i4"), ("time", ">i8"), ("monitored", ">f8"), ("cleaned", ">f8"),
+                                  ("code", ">i2")])  # fmt: skip
+    gone = _Staged("tjw_gone", [("device_id", ">i4"), ("time", ">i8")])
     blocks = _fetch_blocks()
     row = next(blocks, None)
     while row is not None:
@@ -765,9 +796,12 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
         if pk != prev_pk:
             prev_pk, prev_last = pk, None
         next_first = int(min(row[2])) if row is not None and row[0] == pk else None
-        _clean_block(d, lo, hi, b_lo, b_hi, slots, values, summary, prev_last, next_first)
+        _clean_block(d, lo, hi, b_lo, b_hi, slots, values, summary, prev_last, next_first,
+                     final, gone, (pk, int(k)) in with_stored)  # fmt: skip
         written.append((pk, b_lo, b_hi))
         prev_last = int(slots.max())
+    final.flush()
+    gone.flush()
     with connection.cursor() as cursor, cursor.cursor.copy("COPY tjw_blk FROM STDIN") as copy:
         for item in written:
             copy.write_row(item)
@@ -794,6 +828,23 @@ def _merge(devices: dict[str, _Device], spans: _Spans, summary: ReadingImportSum
         [list(QUALITY_NAMES)],
     )
     summary.phases["merge_s"] = round(_time.monotonic() - t1, 1)
+
+
+def _blocks_with_stored_rows(by_pk: dict[int, _Device]) -> set[tuple[int, int]]:
+    """``(device, block)`` whose slots and context may hold stored rows: one statement over the staged
+    devices' spans (the block of each stored row, and its neighbours, whose context reaches into it), so a
+    block with none is cleaned without reading the table — a sparse file's blocks mostly have none."""
+    rows = _exec(
+        f"SELECT DISTINCT r.device_id, floor((extract(epoch FROM r.time) - d.lo) / ({BLOCK_SLOTS}::bigint * d.step)) "
+        f"FROM {ScadaReading._meta.db_table} r JOIN tjw_dev d USING (device_id) "  # noqa: S608 - our table
+        f"WHERE r.time BETWEEN to_timestamp(d.lo - {CONTEXT_SLOTS} * d.step) "
+        f"AND to_timestamp(d.hi + {CONTEXT_SLOTS + 1} * d.step)"
+    )
+    found: set[tuple[int, int]] = set()
+    for pk, k in rows:
+        if pk in by_pk:
+            found.update({(int(pk), int(k) - 1), (int(pk), int(k)), (int(pk), int(k) + 1)})
+    return found
 
 
 def _blank_unsampled_blocks(summary: ReadingImportSummary) -> None:
@@ -871,6 +922,9 @@ def _clean_block(
     summary: ReadingImportSummary,
     prev_last: int | None = None,
     next_first: int | None = None,
+    final: _Staged | None = None,
+    gone_rows: _Staged | None = None,
+    has_stored: bool = True,
 ) -> None:
     """Clean slots ``[b_lo, b_hi]`` of device ``d`` (span ``[lo, hi]``; the file's slots and values in
     ``slot_list``/``value_list``; the device's last sample before the block and first after it in
@@ -883,7 +937,7 @@ def _clean_block(
     g_lo, g_hi = b_lo - CONTEXT_SLOTS * step, b_hi + CONTEXT_SLOTS * step
     n = (g_hi - g_lo) // step + 1
     slots = g_lo + np.arange(n, dtype=np.int64) * step
-    old = _stored(ScadaReading._meta.db_table, d.pk, g_lo, g_hi)
+    old = _stored(ScadaReading._meta.db_table, d.pk, g_lo, g_hi) if has_stored else np.empty(0, dtype=_STORED)
     on_grid = old["t"] % (step * _US) == 0
     grid = old[on_grid]
     at = (grid["t"] // _US - g_lo) // step
@@ -923,17 +977,10 @@ def _clean_block(
     summary.unchanged += int((keep & inside & stored & same).sum())
     summary.inserted += int((write & ~stored).sum())
     summary.updated += int((write & stored).sum())
-    _copy_binary(
-        "tjw_final",
-        [
-            ("device_id", ">i4", np.full(int(write.sum()), d.pk)),
-            ("time", ">i8", slots[write] * _US - _PG_EPOCH_US),
-            ("monitored", ">f8", values[write]),
-            ("cleaned", ">f8", cleaned[write]),
-            ("code", ">i2", codes[write]),
-        ],
-    )
+    assert final is not None and gone_rows is not None
+    final.add(np.full(int(write.sum()), d.pk), slots[write] * _US - _PG_EPOCH_US, values[write], cleaned[write],
+              codes[write])  # fmt: skip
     # Off the grid in the span: from this block's first slot up to the next block's (the span's end).
     end = hi * _US if b_hi == hi else (b_hi + step) * _US - 1
     gone = old["t"][~on_grid & (old["t"] >= b_lo * _US) & (old["t"] <= end)]
-    _copy_binary("tjw_gone", [("device_id", ">i4", np.full(len(gone), d.pk)), ("time", ">i8", gone - _PG_EPOCH_US)])
+    gone_rows.add(np.full(len(gone), d.pk), gone - _PG_EPOCH_US)
