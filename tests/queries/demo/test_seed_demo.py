@@ -26,6 +26,7 @@ from queries.models import (
     GisLayer,
     Junction,
     LinkBaseline,
+    NetworkSource,
     NodeBaseline,
     Observation,
     PeripheralPoint,
@@ -51,6 +52,7 @@ NATURAL_KEYS: dict[type[models.Model], tuple[str, ...]] = {
     TaskRun: ("task__title", "sequence"),
     ScadaDevice: ("project__slug", "device_id"),
     AnalysisRun: ("project__slug", "run_id"),
+    NetworkSource: ("project__slug", "version"),
     GisLayer: ("project__slug", "layer_key"),
     PeripheralPoint: ("project__slug", "point_id"),
 }
