@@ -29,6 +29,7 @@ class RunStatus(models.TextChoices):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class AnalysisRun(models.Model):
@@ -47,6 +48,17 @@ class AnalysisRun(models.Model):
     summary = models.JSONField(default=dict)
     error_code = models.CharField(max_length=64, blank=True, default="")
     error_message = models.CharField(max_length=500, blank=True, default="")
+    # What the run computed from (issue 42 item 1, R-RUN-1): the model version it is pinned to (never
+    # deleted while a run names it), the engine and its version, and the SHA-256 of its canonical inputs
+    # (``queries.runs.inputs``). Empty for the demo's seeded runs, which no engine computed.
+    model_version = models.ForeignKey(
+        "queries.NetworkSource", null=True, blank=True, on_delete=models.RESTRICT, related_name="+"
+    )
+    engine = models.CharField(max_length=64, blank=True, default="")
+    input_sha256 = models.CharField(max_length=64, blank=True, default="")
+    #: 0–1 while running, with a one-line status message (R-RUN-4).
+    progress = models.FloatField(null=True, blank=True)
+    status_message = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         ordering = ["project_id", "-created_at", "run_id"]

@@ -16,7 +16,7 @@ from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
 from queries.units import BY_FIELD, declared
 
-RunStatusName = Literal["queued", "running", "succeeded", "failed"]
+RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 NodeField = Literal["pressure", "head", "demand", "quality", "leak_demand"]
 LinkField = Literal["flow", "velocity", "headloss", "status", "setting"]
 
@@ -43,15 +43,31 @@ class ResultTypeCount(BaseModel):
     count: int = Field(json_schema_extra=declared("count"))
 
 
+class ModelVersionRef(BaseModel):
+    """The model version a run computed on: its number in the project, the SHA-256 of its .inp text and
+    the file it was imported from."""
+
+    version: int = Field(json_schema_extra=declared("index"))
+    sha256: str
+    file_name: str
+
+
 class AnalysisRunDetail(AnalysisRunSummary):
     """One run whole: its parameters and summary, why it failed (if it did), which result types it has
-    and whether it has node/link series to query."""
+    and whether it has node/link series to query; what it computed from (the model version, the engine,
+    the hash of its canonical inputs: null for a run no engine computed, such as the demo's) and, while it
+    runs, its progress."""
 
     parameters: dict[str, Any]
     summary: dict[str, Any]
     error_message: str | None
     result_types: list[ResultTypeCount]
     has_series: bool
+    model_version: ModelVersionRef | None
+    engine: str | None = Field(description="the engine and its version, e.g. EPANET 2.2.0 (WNTR 1.5.0)")
+    input_sha256: str | None = Field(description="SHA-256 of the run's canonical inputs (RFC 8785 JSON)")
+    progress: float | None = Field(json_schema_extra=declared("fraction"), description="0–1 while it runs")
+    status_message: str | None
 
 
 class ElementRef(BaseModel):

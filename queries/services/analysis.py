@@ -46,6 +46,7 @@ from queries.schemas.analysis import (
     AnalysisValuesResult,
     ElementRef,
     ElementValue,
+    ModelVersionRef,
     ResultTypeCount,
     SeriesPoint,
 )
@@ -80,6 +81,8 @@ def _units(element_type: str, field: str) -> dict[str, str]:
 
 
 _SUMMARY_FIELDS = ("run_id", "kind", "status", "title", "created_at", "started_at", "finished_at", "error_code")
+_DETAIL_FIELDS = ("parameters", "summary", "error_message", "model_version__version", "model_version__sha256",
+                  "model_version__file_name", "engine", "input_sha256", "progress", "status_message")  # fmt: skip
 
 
 def _summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +190,7 @@ def _run_detail(project_id: int, run_id: str) -> Any:
                 .values("t")[:1]
             ),
         )
-        .values(*_SUMMARY_FIELDS, "parameters", "summary", "error_message", "has_nodes", "has_links", "types")[:1]
+        .values(*_SUMMARY_FIELDS, *_DETAIL_FIELDS, "has_nodes", "has_links", "types")[:1]
     )
 
 
@@ -213,6 +216,17 @@ def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResul
             error_message=row["error_message"] or None,
             result_types=[ResultTypeCount(result_type=t, count=n) for t, n in counts.items()],
             has_series=bool(row["has_nodes"] or row["has_links"]),
+            model_version=None
+            if row["model_version__version"] is None
+            else ModelVersionRef(
+                version=row["model_version__version"],
+                sha256=row["model_version__sha256"],
+                file_name=row["model_version__file_name"],
+            ),
+            engine=row["engine"] or None,
+            input_sha256=row["input_sha256"] or None,
+            progress=row["progress"],
+            status_message=row["status_message"] or None,
         ),
     )
 

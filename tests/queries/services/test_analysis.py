@@ -262,3 +262,46 @@ def test_pinned_query_counts(django_assert_num_queries) -> None:  # noqa: ANN001
         )
     with django_assert_num_queries(0), pytest.raises(CapabilityGap):
         analysis.list_analysis_results(scope=scope, run_id=BURST, result_type="water_age", page=PageRequest())
+
+
+# --- what a run computed from (issue 42 item 1) -------------------------------------------------------
+
+
+def test_a_run_reports_the_model_version_engine_and_input_hash(demo_call: Call, django_assert_num_queries) -> None:  # noqa: ANN001
+    from django.db.models import RestrictedError
+
+    from queries.models import NetworkSource
+    from queries.runs.cost import engine_version
+    from queries.runs.inputs import input_sha256
+
+    seeded = structured(demo_call("get_analysis_run", {"run_id": BURST}))["data"]  # checked against its schema
+    assert (seeded["model_version"], seeded["engine"], seeded["input_sha256"], seeded["progress"]) == (
+        None,
+        None,
+        None,
+        None,
+    )  # fmt: skip  — no engine computed the demo's seeded runs, and none is claimed
+    project = Project.objects.get(slug=DEMO)
+    version = NetworkSource.objects.create(project=project, version=7, file_name="net.inp", inp_text="[END]\n",
+                                           sha256="c" * 64)  # fmt: skip
+    run = AnalysisRun.objects.get(project=project, run_id=BURST)
+    digest = input_sha256(kind="burst", parameters=run.parameters, model_sha256=version.sha256, engine=engine_version())
+    AnalysisRun.objects.filter(pk=run.pk).update(model_version=version, engine=engine_version(), input_sha256=digest,
+                                                 progress=1.0, status_message="done")  # fmt: skip
+    scope = alice_scope()
+    with django_assert_num_queries(1):  # the version is joined, not a second query
+        data = analysis.get_analysis_run(scope=scope, run_id=BURST).data
+    assert data.model_version is not None
+    assert (data.model_version.version, data.model_version.sha256, data.model_version.file_name) == (
+        7,
+        "c" * 64,
+        "net.inp",
+    )
+    assert (data.engine, data.input_sha256, data.progress, data.status_message) == (
+        engine_version(),
+        digest,
+        1.0,
+        "done",
+    )
+    with pytest.raises(RestrictedError):  # a version a run names is never deleted
+        version.delete()
