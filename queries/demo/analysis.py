@@ -38,7 +38,6 @@ from queries.importer.epanet import (
     NODE_SERIES_COLUMNS,
     link_series_lines,
     node_series_lines,
-    quiet_epanet_log,
 )
 from queries.models import (
     AnalysisLinkSeries,
@@ -47,6 +46,7 @@ from queries.models import (
     AnalysisRun,
     SensorPlacementRun,
 )
+from queries.runs.engine import quiet_epanet_log
 
 BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 

@@ -27,23 +27,20 @@
 from __future__ import annotations
 
 import logging
-import re
-import tempfile
 import time as _time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import wntr
 from django.db import connection, transaction
-from wntr.epanet.exceptions import EpanetException
 from wntr.network import LinkStatus, WaterNetworkModel
 
 from contexts.models import Project
-from queries.importer.epanet import NetworkImportError, quiet_epanet_log, write_baseline
+from queries.importer.epanet import NetworkImportError, write_baseline
 from queries.models import LinkBaseline, NodeBaseline, current_model_version
+from queries.runs.engine import EngineFailure, run_epanet, set_window
 from queries.runs.model import read_model_version
 from queries.timezones import project_zone
 
@@ -93,17 +90,12 @@ def align_patterns(wn: WaterNetworkModel, start: datetime, project: Project) -> 
 
 
 def _run(wn: WaterNetworkModel, *, duration_s: int, step_s: int) -> wntr.sim.results.SimulationResults:
-    wn.options.time.duration = duration_s
-    wn.options.time.hydraulic_timestep = step_s
-    wn.options.time.report_timestep = step_s
-    wn.options.time.report_start = 0
-    with tempfile.TemporaryDirectory(prefix="tjwater-epanet-") as tmp, quiet_epanet_log():
-        try:
-            return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
-        except EpanetException as exc:
-            match = re.search(r"Error (\d+)", str(exc))
-            code = match.group(1) if match else "?"
-            raise BaselineError(f"The hydraulic simulation failed (EPANET error {code}).") from exc
+    set_window(wn, duration_s=duration_s, step_s=step_s)
+    try:
+        return run_epanet(wn)
+    except EngineFailure as exc:
+        code = "?" if exc.code is None else exc.code
+        raise BaselineError(f"The hydraulic simulation failed (EPANET error {code}).") from exc
 
 
 def _carry_state(wn: WaterNetworkModel, results: wntr.sim.results.SimulationResults) -> None:

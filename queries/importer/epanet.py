@@ -15,10 +15,8 @@ import json
 import logging
 import math
 import re
-import tempfile
 import time as _time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,6 +52,7 @@ from queries.models import (
     Tank,
     Valve,
 )
+from queries.runs.engine import EngineFailure, run_epanet, set_window
 from queries.timezones import project_zone
 
 logger = logging.getLogger(__name__)
@@ -226,39 +225,20 @@ def check_connected(wn: WaterNetworkModel, *, shown: int = 20) -> None:
         )
 
 
-@contextmanager
-def quiet_epanet_log() -> Iterator[None]:
-    """WNTR logs EPANET errors at ERROR level before raising; callers turn the exception into their
-    own one-line message, so the duplicate log line is muted while the toolkit runs."""
-    toolkit = logging.getLogger("wntr.epanet.toolkit")
-    previous = toolkit.level
-    toolkit.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        toolkit.setLevel(previous)
-
-
 def simulate(wn: WaterNetworkModel, *, hours: float, step_minutes: int) -> SimulationResults:
     """Run the EPANET hydraulic (and quality, as the .inp asks) simulation over ``hours`` reported
     every ``step_minutes``. Temporary EPANET files go to a private temporary directory."""
     step = int(step_minutes * 60)
     if step <= 0 or hours <= 0:
         raise NetworkImportError("baseline hours and step minutes must be positive")
-    wn.options.time.duration = int(hours * 3600)
-    wn.options.time.hydraulic_timestep = step
-    wn.options.time.report_timestep = step
-    wn.options.time.report_start = 0
-    with tempfile.TemporaryDirectory(prefix="tjwater-epanet-") as tmp, quiet_epanet_log():
-        try:
-            return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
-        except EpanetException as exc:
-            match = re.search(r"Error (\d+)", str(exc))
-            if match is None:
-                raise NetworkImportError("hydraulic simulation failed: EPANET stopped without an error code") from exc
-            code = int(match.group(1))
-            meaning = epanet_meaning(code)
-            raise NetworkImportError(f"hydraulic simulation failed: EPANET error {code}: {meaning}") from exc
+    set_window(wn, duration_s=int(hours * 3600), step_s=step)
+    try:
+        return run_epanet(wn)
+    except EngineFailure as exc:
+        if exc.code is None:
+            raise NetworkImportError("hydraulic simulation failed: EPANET stopped without an error code") from exc
+        meaning = epanet_meaning(exc.code)
+        raise NetworkImportError(f"hydraulic simulation failed: EPANET error {exc.code}: {meaning}") from exc
 
 
 def georeferencer_for(

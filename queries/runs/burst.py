@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import copy
 import math
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import wntr
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
+
+from queries.runs.engine import run_epanet, set_window
 
 BURST_NODE = "tjw-burst-node"
 BURST_PIPE = "tjw-burst-pipe"
@@ -61,10 +61,8 @@ def _split(wn: WaterNetworkModel, pipe_id: str, position: float) -> WaterNetwork
 
 
 def _run(wn: WaterNetworkModel, hours: float, step_s: int) -> SimulationResults:
-    t = wn.options.time
-    t.duration, t.hydraulic_timestep, t.report_timestep, t.report_start = int(hours * 3600), step_s, step_s, 0
-    with tempfile.TemporaryDirectory(prefix="tjwater-burst-") as tmp:
-        return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
+    set_window(wn, duration_s=int(hours * 3600), step_s=step_s)
+    return run_epanet(wn)
 
 
 def volume_of(flow: pd.Series) -> float:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import copy
 import math
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
-import wntr
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
+
+from queries.runs.engine import run_epanet
 
 SOURCE_PATTERN = "tjw-injection"
 L_PER_M3 = 1000.0
@@ -92,8 +91,7 @@ def contaminant(
     value = strength / L_PER_M3 if concentration is not None else strength * 1e-6 / 60.0
     for node in injection_node_ids:
         model.add_source(f"tjw-src-{node}", node, kind, value, SOURCE_PATTERN)
-    with tempfile.TemporaryDirectory(prefix="tjwater-quality-") as tmp:
-        results = wntr.sim.EpanetSimulator(model).run_sim(file_prefix=str(Path(tmp) / "sim"))
+    results = run_epanet(model)
     quality = results.node["quality"] * L_PER_M3  # kg/m³ → mg/L
     above = quality > threshold
     times = quality.index.to_numpy(dtype=float)

@@ -11,13 +11,12 @@ Values are SI (m³/s, m/s, m of head); the presentation step converts.
 from __future__ import annotations
 
 import copy
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import wntr
 from wntr.network import WaterNetworkModel
 from wntr.sim.results import SimulationResults
+
+from queries.runs.engine import run_epanet, set_window
 
 HYDRANT_PATTERN = "tjw-hydrant-on"
 DEFAULT_TARGET_VELOCITY = 0.75  # m/s (2.5 ft/s)
@@ -48,14 +47,8 @@ class FlushingResult:
 
 def _window(wn: WaterNetworkModel, hours: float, step_s: int) -> WaterNetworkModel:
     wn = copy.deepcopy(wn)
-    t = wn.options.time
-    t.duration, t.hydraulic_timestep, t.report_timestep, t.report_start = int(hours * 3600), step_s, step_s, 0
+    set_window(wn, duration_s=int(hours * 3600), step_s=step_s)
     return wn
-
-
-def _run(wn: WaterNetworkModel) -> SimulationResults:
-    with tempfile.TemporaryDirectory(prefix="tjwater-flush-") as tmp:
-        return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
 
 
 def with_hydrants(wn: WaterNetworkModel, flows: dict[str, float]) -> WaterNetworkModel:
@@ -87,8 +80,8 @@ def flushing(
     if hours <= 0 or target_velocity <= 0:
         raise FlushingError("duration and target_velocity must be more than zero")
     base_wn = _window(wn, hours, step_s)
-    baseline = _run(base_wn)
-    scenario = _run(with_hydrants(base_wn, hydrants))
+    baseline = run_epanet(base_wn)
+    scenario = run_epanet(with_hydrants(base_wn, hydrants))
     velocity, flow = scenario.link["velocity"], scenario.link["flowrate"]
     flushed = []
     for pipe in wn.pipe_name_list:
