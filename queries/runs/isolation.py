@@ -48,15 +48,14 @@ def isolate(
     """Isolate ``pipe_ids`` (1–20 links) with the valves that close (``failed_valves``: fids that do not)."""
     if not 1 <= len(pipe_ids) <= 20:
         raise IsolationError("pipe_ids must name 1 to 20 pipes")
-    unknown = [p for p in pipe_ids if p not in wn.link_name_list]
+    links, nodes = set(wn.link_name_list), set(wn.node_name_list)  # WNTR builds these lists on each access
+    unknown = [p for p in pipe_ids if p not in links]
     if unknown:
         raise IsolationError(f"pipe_ids {', '.join(map(repr, unknown))} are not links of the model")
     missing = sorted(failed_valves - {fid for fid, _, _ in valves})
     if missing:
         raise IsolationError(f"failed_valves {', '.join(map(repr, missing))} are not valves of the layer")
-    closing = [
-        v for v in valves if v[0] not in failed_valves and v[1] in wn.link_name_list and v[2] in wn.node_name_list
-    ]
+    closing = [v for v in valves if v[0] not in failed_valves and v[1] in links and v[2] in nodes]
     layer = pd.DataFrame([(link, node) for _, link, node in closing], columns=["link", "node"])
     graph = wn.to_graph()
     node_seg, link_seg, _ = wntr.metrics.valve_segments(graph, layer)
