@@ -23,7 +23,8 @@ from django.utils.safestring import mark_safe
 from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
 from queries import models as m
 from queries.admin_chart import device_chart_svg
-from queries.services.baseline_jobs import NotCancellable, baseline_job_cancel
+from queries.jobrunner.registry import find_spec
+from queries.jobrunner.runner import NotCancellable, request_cancel
 from queries.units import scada_shown
 
 
@@ -163,34 +164,46 @@ class NetworkSourceAdmin(ReadOnlyAdmin):
 
 @admin.register(m.Job)
 class JobAdmin(ReadOnlyAdmin):
-    """Import and simulation jobs per project: what, status (a dry run shows as one), rows, rejects, how
-    long, who — and, for a failed job, why (``message``)."""
+    """Jobs per project (imports, simulations, analyses): what, status (a dry run shows as one), rows,
+    rejects, how long, who — and, for a failed job, why (``message``, with its ``error_code``)."""
 
-    list_display = ("created_at", "project", "kind", "subject", "run_status", "rows", "rejects", "duration",
+    list_display = ("created_at", "project", "kind_name", "subject", "run_status", "rows", "rejects", "duration",
                     "started_by", "message")  # fmt: skip
     list_filter = ("project", "kind", "status", "dry_run")
     search_fields = ("subject", "task_id")
     list_select_related = ("project",)
     readonly_fields = ("first_rejects",)
 
-    actions = ("cancel_simulations",)
+    actions = ("cancel_jobs",)
 
     def get_actions(self, request: HttpRequest) -> dict[str, tuple[Callable[..., str], str, str] | None]:
-        # ReadOnlyAdmin drops every bulk action; this one changes no data, it stops a running simulation.
+        # ReadOnlyAdmin drops every bulk action; this one changes no data, it stops running jobs.
         return admin.ModelAdmin.get_actions(self, request)
 
     def has_cancel_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("queries.change_job")
 
-    @admin.action(description="Cancel the selected simulations (they write nothing)", permissions=["cancel"])
-    def cancel_simulations(self, request: HttpRequest, queryset: QuerySet[m.Job]) -> None:
-        for job_id in queryset.values_list("pk", flat=True):
+    @admin.display(description="kind", ordering="kind")
+    def kind_name(self, obj: m.Job) -> str:
+        return obj.kind_label
+
+    @admin.action(description="Cancel the selected jobs (they write nothing)", permissions=["cancel"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[m.Job]) -> None:
+        """The job runner's one cancel, for every kind it runs (an import runs in its command: not here)."""
+        actor = f"operator {request.user.get_username()}"
+        for job in queryset.select_related(None).only("pk", "kind", "status", "task_id").order_by("pk"):
+            spec = find_spec(job.kind)
+            if spec is None or not spec.run:
+                self.message_user(request, f"Job {job.pk} ({job.kind_label}) runs in its command: "
+                                  "stop the command instead.", messages.WARNING)  # fmt: skip
+                continue
             try:
-                job = baseline_job_cancel(job_id=job_id, actor=request.user.get_username())
+                job = request_cancel(job, actor=actor)
             except NotCancellable as exc:
                 self.message_user(request, str(exc), messages.WARNING)
             else:
-                self.message_user(request, f"Baseline job {job.pk}: {job.message}", messages.SUCCESS)
+                said = job.message if job.status == m.JobStatus.CANCELLED else job.status_message
+                self.message_user(request, f"Job {job.pk} ({job.kind_label}): {said}", messages.SUCCESS)
 
     @admin.display(description="status", ordering="status")
     def run_status(self, obj: m.Job) -> str:

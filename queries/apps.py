@@ -34,3 +34,23 @@ class QueriesConfig(AppConfig):
         from queries.tools import testing
 
         TOOLS.register(app=self.name, family="testing", tools=testing.TOOLS, test_only=True)
+        _register_job_kinds()
+
+
+def _register_job_kinds() -> None:
+    """This app's job kinds (``queries.jobrunner``): the baseline runs on the runner; the imports run in
+    their commands and are recorded as jobs of their kind."""
+    from queries.jobrunner.registry import JobKindSpec, register
+    from queries.models.jobs import JobKind
+
+    register(
+        JobKindSpec(
+            name=JobKind.BASELINE.value,
+            label=JobKind.BASELINE.label,
+            run="queries.services.baseline_jobs.run_baseline_job",
+            soft_limit_s=4 * 3600,
+            hard_limit_s=4 * 3600 + 300,
+        )
+    )
+    for kind in (JobKind.SCADA_DEVICES, JobKind.SCADA_IMPORT, JobKind.NETWORK_IMPORT, JobKind.GIS_IMPORT):
+        register(JobKindSpec(name=kind.value, label=str(kind.label)))

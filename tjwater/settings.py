@@ -221,6 +221,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 TJWATER_BASELINE_PAST_DAYS = env.int("TJWATER_BASELINE_PAST_DAYS", default=7)
 TJWATER_BASELINE_STEP_S = env.int("TJWATER_BASELINE_STEP_S", default=900)
 CELERY_BEAT_SCHEDULE["queries-rolling-baseline"] = {"task": "queries.rolling_baseline", "schedule": crontab(minute=7)}
+# The job runner's reaper (issue 42): jobs left running by a dead worker, past their limit, or queued for
+# hours end failed with a reason, every minute.
+CELERY_BEAT_SCHEDULE["queries-reap-jobs"] = {"task": "queries.reap_jobs", "schedule": 60.0}
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
 TJWATER_MCP_ENABLED = env.bool("TJWATER_MCP_ENABLED", default=False)

@@ -59,11 +59,27 @@ class AnalysisRun(models.Model):
     #: 0–1 while running, with a one-line status message (R-RUN-4).
     progress = models.FloatField(null=True, blank=True)
     status_message = models.CharField(max_length=200, blank=True, default="")
+    # A run submitted through the analyses app (issue 42): its job (the run's state machine: ``status``,
+    # ``progress`` and ``status_message`` mirror the job's in the job's own transactions), who submitted it,
+    # the client's idempotency key, the cost estimated before it was queued and what it actually cost.
+    # The demo's seeded runs have no job.
+    job = models.OneToOneField(
+        "queries.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="analysis_run"
+    )
+    principal = models.ForeignKey(
+        "contexts.Principal", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    request_key = models.CharField(max_length=100, blank=True, default="")
+    estimate = models.JSONField(default=dict, blank=True)
+    cost = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["project_id", "-created_at", "run_id"]
         constraints = [models.UniqueConstraint(fields=["project", "run_id"], name="analysisrun_project_run_uniq")]
-        indexes = [models.Index(fields=["project", "-created_at", "run_id"], name="analysisrun_recent")]
+        indexes = [
+            models.Index(fields=["project", "-created_at", "run_id"], name="analysisrun_recent"),
+            models.Index(fields=["principal", "project", "input_sha256"], name="analysisrun_same_question"),
+        ]
 
     def __str__(self) -> str:
         return self.run_id

@@ -15,6 +15,9 @@ from django.db import models
 
 
 class JobKind(models.TextChoices):
+    """The kinds this app records. ``Job.kind`` has no database choices: kinds are validated against the
+    job runner's registry (``queries.jobrunner.registry``), where every app registers its own."""
+
     SCADA_DEVICES = "scada_devices", "SCADA devices import"
     SCADA_IMPORT = "scada_import", "SCADA readings import"
     BASELINE = "baseline", "Baseline simulation"
@@ -34,7 +37,7 @@ class Job(models.Model):
     """One import or simulation job of a project (see the module docstring)."""
 
     project = models.ForeignKey("contexts.Project", on_delete=models.CASCADE, related_name="+")
-    kind = models.CharField(max_length=16, choices=JobKind.choices)
+    kind = models.CharField(max_length=40, help_text="a kind of the job runner's registry")
     subject = models.CharField(max_length=300, help_text="the file imported, or the simulated window")
     window_start = models.DateTimeField(null=True, blank=True)
     window_end = models.DateTimeField(null=True, blank=True)
@@ -45,6 +48,10 @@ class Job(models.Model):
     reject_lines = models.JSONField(default=list, blank=True)
     progress = models.FloatField(null=True, blank=True, help_text="0–1 while running")
     message = models.TextField(blank=True, help_text="why it failed, in a sentence")
+    error_code = models.CharField(max_length=32, blank=True, help_text="TIME_LIMIT, WORKER_LOST, EPANET_110, …")
+    status_message = models.CharField(max_length=200, blank=True, help_text="one line of progress")
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="last progress of a running job")
+    time_limit_s = models.PositiveIntegerField(null=True, blank=True, help_text="its hard time limit")
     detail = models.JSONField(default=dict, blank=True)
     task_id = models.CharField(max_length=64, blank=True)
     started_by = models.CharField(max_length=200, blank=True)
@@ -57,7 +64,13 @@ class Job(models.Model):
         indexes = [models.Index(fields=["project", "-created_at"], name="job_project_created")]
 
     def __str__(self) -> str:
-        return f"{self.get_kind_display()} {self.subject}"
+        return f"{self.kind_label} {self.subject}"
+
+    @property
+    def kind_label(self) -> str:
+        from queries.jobrunner.registry import kind_label
+
+        return kind_label(self.kind)
 
     @property
     def duration_s(self) -> float | None:

@@ -1,9 +1,10 @@
-"""Baseline simulation as jobs: start one on the Celery worker, follow and cancel it, and the rolling
-baseline that keeps every project covered (the writes of ``queries.importer.baseline_window``).
+"""Baseline simulation as jobs of the job runner (``queries.jobrunner``): start one on a worker, run it,
+follow and cancel it, and the rolling baseline that keeps every project covered (the writes of
+``queries.importer.baseline_window``).
 
-Cancellation: ``baseline_cancel`` marks the task cancelled in Redis (the running task checks between
-chunks and rolls back, writing nothing) and revokes it with Celery (a queued task never starts);
-``baseline_job_cancel`` is what an operator calls (``simulate_baseline --cancel JOB_ID``, the Jobs admin).
+Cancellation is the runner's (one cancel key per job): a queued simulation never starts; a running one
+stops between chunks and rolls back, writing nothing. ``baseline_job_cancel`` is what an operator calls
+(``simulate_baseline --cancel JOB_ID``, the Jobs admin's "Cancel the selected jobs").
 """
 
 from __future__ import annotations
@@ -17,88 +18,80 @@ from django.conf import settings
 from django.db import transaction
 
 from contexts.models import Project
+from queries.jobrunner.runner import JobCancelled, JobContext, JobFailed, NotCancellable, enqueue, request_cancel
 from queries.models import NetworkSource, NodeBaseline
 from queries.models.jobs import Job, JobKind, JobStatus
 from queries.services.jobs import job_started
 
 logger = logging.getLogger(__name__)
 
-CANCEL_KEY = "tjwater:baseline:cancel:{}"
-
-
-def _redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+__all__ = ["NotCancellable", "baseline_enqueue", "baseline_job_cancel", "run_baseline_job"]
 
 
 def window_text(start: datetime, end: datetime) -> str:
     return f"{start.astimezone(UTC):%Y-%m-%dT%H:%MZ} → {end.astimezone(UTC):%Y-%m-%dT%H:%MZ}"
 
 
-def baseline_enqueue(*, project: Project, start: datetime, hours: float, step_s: int, started_by: str) -> Job:
-    """Record a queued baseline job and send its task to the default queue once the row is committed."""
-    # Sent by the task's explicit name: the task module imports this service, never the other way.
-    from tjwater.celery import app
-
+def baseline_enqueue(
+    *, project: Project, start: datetime, hours: float, step_s: int, started_by: str, send: bool = True
+) -> Job:
+    """Record a queued baseline job; the runner sends it to the default queue once the row is committed
+    (``send=False``: recorded only, for ``run_now`` in this process)."""
     end = start + timedelta(hours=hours)
-    job = job_started(
-        project=project,
-        kind=JobKind.BASELINE,
-        subject=window_text(start, end),
-        started_by=started_by,
-        window=(start, end),
-        queued=True,
-    )
-    job.detail = {"start": start.isoformat(), "hours": hours, "step_s": step_s}
-    job.save(update_fields=["detail"])
-    result = app.send_task("queries.simulate_baseline", args=(job.pk,))
-    Job.objects.filter(pk=job.pk).update(task_id=result.id)
-    job.task_id = result.id
+    with transaction.atomic():
+        job = job_started(
+            project=project,
+            kind=JobKind.BASELINE,
+            subject=window_text(start, end),
+            started_by=started_by,
+            window=(start, end),
+            queued=True,
+        )
+        job.detail = {"start": start.isoformat(), "hours": hours, "step_s": step_s}
+        job.save(update_fields=["detail"])
+        if send:
+            enqueue(job)
     return job
 
 
-def baseline_cancel(job: Job) -> None:
-    """Cancel a queued or running baseline job: it writes nothing."""
-    from tjwater.celery import app
+def run_baseline_job(ctx: JobContext) -> None:
+    """The baseline kind's body: simulate the job's window; progress to the job, cancel between chunks."""
+    from queries.importer.baseline_window import BaselineError, SimulationCancelled, simulate_baseline_window
 
-    if job.task_id:
-        _redis().set(CANCEL_KEY.format(job.task_id), "1", ex=86400)
-        app.control.revoke(job.task_id)
-
-
-class NotCancellable(Exception):
-    """The job is not a queued or running baseline simulation of this database."""
+    job = ctx.job
+    project = Project.objects.get(pk=job.project_id)
+    try:
+        summary = simulate_baseline_window(
+            project=project,
+            start=datetime.fromisoformat(job.detail["start"]),
+            hours=float(job.detail["hours"]),
+            step_s=int(job.detail["step_s"]),
+            progress=lambda fraction: ctx.progress(fraction, f"{fraction * 100:.0f} % of the window simulated"),
+            should_stop=ctx.should_stop,
+        )
+    except SimulationCancelled as exc:
+        raise JobCancelled(str(exc)) from exc
+    except BaselineError as exc:
+        raise JobFailed("BASELINE_FAILED", str(exc)) from exc
+    rows = sum(summary.rows.values())
+    ctx.succeed(rows=rows, detail={**job.detail, "instants": summary.instants, "seconds": summary.seconds})
 
 
 def baseline_job_cancel(*, job_id: int, actor: str) -> Job:
     """An operator cancels a queued or running baseline simulation (``simulate_baseline --cancel``, the
     Jobs admin action): a queued one is marked cancelled at once and never starts; a running one stops
-    at its next chunk and rolls back, leaving the previous baseline unchanged (the task marks the job
+    at its next chunk and rolls back, leaving the previous baseline unchanged (the runner marks the job
     cancelled then). Nothing of the window is written either way. ``NotCancellable`` otherwise."""
     job = Job.objects.filter(pk=job_id, kind=JobKind.BASELINE).first()
     if job is None:
         raise NotCancellable(f"There is no baseline simulation job {job_id}.")
     if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
         raise NotCancellable(f"Baseline job {job_id} is {job.status}; only a queued or running one can be cancelled.")
-    if not job.task_id:
-        raise NotCancellable(f"Baseline job {job_id} has no Celery task to cancel.")
-    baseline_cancel(job)
+    job = request_cancel(job, actor=actor)
     logger.info("baseline job %s cancelled by %s", job.pk, actor)
-    if job.status == JobStatus.QUEUED:
-        Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-            status=JobStatus.CANCELLED,
-            message=f"Cancelled by {actor[:100]} before it started; nothing was written.",
-            finished_at=datetime.now(UTC),
-        )
-    else:
-        Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
-            message=f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
-        )
-    job.refresh_from_db()
+    if job.status == JobStatus.RUNNING:
+        job.message = f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
     return job
-
-
-def cancelled(task_id: str) -> bool:
-    return bool(task_id) and bool(_redis().exists(CANCEL_KEY.format(task_id)))
 
 
 def workers_answering(timeout: float = 2.0) -> bool:
@@ -191,10 +184,3 @@ def rolling_baseline(*, now: datetime | None = None) -> RollingResult:
             job_finished(job, rows=sum(summary.rows.values()), detail={"instants": summary.instants})
             result.simulated.append(f"{project.slug} {window_text(start, end)}")
     return result
-
-
-@transaction.atomic
-def mark_job_cancelled(job: Job, message: str) -> None:
-    Job.objects.filter(pk=job.pk).exclude(status=JobStatus.SUCCEEDED).update(
-        status=JobStatus.CANCELLED, message=message, finished_at=datetime.now(UTC)
-    )

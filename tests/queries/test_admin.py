@@ -142,11 +142,12 @@ def test_an_operator_cancels_simulations_from_the_jobs_list(
     done = Job.objects.create(project=project, kind="baseline", subject="w", status="succeeded", task_id="admin-2")
     response = superuser_client.post(
         reverse("admin:queries_job_changelist"),
-        {"action": "cancel_simulations", "_selected_action": [queued.pk, done.pk]},
+        {"action": "cancel_jobs", "_selected_action": [queued.pk, done.pk]},
         follow=False,
     )
     assert response.status_code == 302
     queued.refresh_from_db()
     done.refresh_from_db()
-    assert queued.status == "cancelled" and queued.message.startswith("Cancelled by root-admin before it started")
+    assert queued.status == "cancelled"
+    assert queued.message.startswith("Cancelled by operator root-admin before it started")
     assert done.status == "succeeded"

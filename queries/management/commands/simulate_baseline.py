@@ -1,8 +1,9 @@
-"""``manage.py simulate_baseline --project SLUG --start ISO8601 --hours N [--step SECONDS] [--wait]``:
-replace a window of the project's model baseline with a fresh simulation, as a Celery task on the
-default queue (``queries.importer.baseline_window`` has the rules). ``--wait`` follows its progress;
-with no worker answering it fails within 10 s and queues nothing. ``simulate_baseline --cancel JOB_ID``
-cancels a queued or running simulation: it writes nothing (``baseline_job_cancel``)."""
+"""``manage.py simulate_baseline --project SLUG --start ISO8601 --hours N [--step SECONDS] [--wait|--sync]``:
+replace a window of the project's model baseline with a fresh simulation, as a job of the job runner on
+the default queue (``queries.importer.baseline_window`` has the rules). ``--wait`` follows its progress;
+with no worker answering it fails within 10 s and queues nothing. ``--sync`` runs the same job in this
+process, with no worker. ``simulate_baseline --cancel JOB_ID`` cancels a queued or running simulation: it
+writes nothing (``baseline_job_cancel``)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
+from queries.jobrunner.runner import run_now, transition
 from queries.models.jobs import Job, JobStatus
-from queries.services.baseline_jobs import (
-    NotCancellable,
-    baseline_cancel,
-    baseline_enqueue,
-    baseline_job_cancel,
-    workers_answering,
-)
+from queries.services.baseline_jobs import NotCancellable, baseline_enqueue, baseline_job_cancel, workers_answering
 from queries.timezones import local_instant, project_zone
 
 PING_TIMEOUT_S = 5.0
@@ -37,7 +33,8 @@ class Command(BaseCommand):
         parser.add_argument("--start", help="ISO 8601 start; without an offset, the project's zone")
         parser.add_argument("--hours", type=float, help="length of the window in hours")
         parser.add_argument("--step", type=int, default=900, help="reporting step in seconds (default 900)")
-        parser.add_argument("--wait", action="store_true", help="follow the task until it ends")
+        parser.add_argument("--wait", action="store_true", help="follow the job until it ends")
+        parser.add_argument("--sync", action="store_true", help="run the job in this process (no worker)")
         parser.add_argument(
             "--cancel", type=int, metavar="JOB_ID", help="cancel a queued or running simulation (it writes nothing)"
         )
@@ -71,6 +68,15 @@ class Command(BaseCommand):
                 f"No Celery worker answered within {PING_TIMEOUT_S:.0f} s, so nothing was queued; start one with "
                 "`celery -A tjwater worker` and try again."
             )
+        if options["sync"]:
+            job = baseline_enqueue(
+                project=project, start=start, hours=options["hours"], step_s=options["step"],
+                started_by="manage.py", send=False,
+            )  # fmt: skip
+            self.stdout.write(f"baseline job {job.pk} runs here: {job.subject}")
+            job = run_now(job)
+            self._ended(job)
+            return
         job = baseline_enqueue(
             project=project, start=start, hours=options["hours"], step_s=options["step"], started_by="manage.py"
         )
@@ -79,16 +85,23 @@ class Command(BaseCommand):
             return
         self._follow(job)
 
+    def _ended(self, job: Job) -> None:
+        if job.status == JobStatus.SUCCEEDED:
+            self.stdout.write(f"baseline of {job.subject} written: {job.rows} rows in {job.duration_s or 0:.1f}s")
+            return
+        raise CommandError(f"baseline job {job.pk} {job.status}: {job.message}")
+
     def _follow(self, job: Job) -> None:
         t0 = time.monotonic()
         shown = -1.0
         while True:
             job.refresh_from_db()
             if job.status == JobStatus.QUEUED and time.monotonic() - t0 > PICKUP_TIMEOUT_S:
-                baseline_cancel(job)
-                Job.objects.filter(pk=job.pk, status=JobStatus.QUEUED).update(
-                    status=JobStatus.FAILED, message="No worker picked the simulation up within 10 s; it was cancelled."
-                )
+                # Final now: a worker that takes the task later finds it ended and runs nothing.
+                transition(
+                    job.pk, JobStatus.FAILED, only_from=frozenset({JobStatus.QUEUED}), error_code="NO_WORKER",
+                    message="No worker picked the simulation up within 10 s; it was cancelled.",
+                )  # fmt: skip
                 raise CommandError(
                     f"No Celery worker picked job {job.pk} up within {PICKUP_TIMEOUT_S:.0f} s; it was cancelled."
                 )
@@ -96,11 +109,8 @@ class Command(BaseCommand):
                 shown = job.progress
                 sys.stderr.write(f"\r  {shown * 100:5.1f} % simulated ")
                 sys.stderr.flush()
-            if job.status == JobStatus.SUCCEEDED:
+            if job.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED):
                 sys.stderr.write("\n")
-                self.stdout.write(f"baseline of {job.subject} written: {job.rows} rows in {job.duration_s or 0:.1f}s")
+                self._ended(job)
                 return
-            if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
-                sys.stderr.write("\n")
-                raise CommandError(f"baseline job {job.pk} {job.status}: {job.message}")
             time.sleep(0.5)

@@ -22,10 +22,11 @@ from django.core.management.base import CommandError
 from contexts.models import Project
 from queries.importer.baseline_window import SimulationBusy, SimulationCancelled, simulate_baseline_window
 from queries.importer.epanet import import_network, local_day_start, wntr_network_path
+from queries.jobrunner.runner import CANCEL_KEY, run_job
 from queries.models import NodeBaseline
 from queries.models.jobs import Job
-from queries.services.baseline_jobs import CANCEL_KEY, baseline_enqueue, missing_windows, rolling_baseline
-from queries.tasks import simulate_baseline
+from queries.services.baseline_jobs import baseline_enqueue, missing_windows, rolling_baseline
+from queries.tasks import run_job_task, simulate_baseline
 from tests.support.servers import subprocess_database_url
 from tjwater.celery import app
 
@@ -130,8 +131,8 @@ def test_a_revoked_task_writes_nothing(net1: Project, test_redis: redis.Redis) -
         project=net1, kind="baseline", subject="w", detail={"start": "2026-04-01T00:00:00+00:00", "hours": 2,
                                                             "step_s": 900},
     )  # fmt: skip
-    test_redis.set(CANCEL_KEY.format("revoked-1"), "1")
-    assert simulate_baseline.apply(args=[job.pk], task_id="revoked-1").get() == {"status": "cancelled"}
+    test_redis.set(CANCEL_KEY.format(job.pk), "1")
+    assert run_job(job.pk) == {"status": "cancelled"}
     job.refresh_from_db()
     assert job.status == "cancelled" and "nothing was written" in job.message
     assert not NodeBaseline.objects.filter(project=net1).exists()
@@ -146,9 +147,10 @@ def test_an_operator_cancels_a_queued_simulation(net1: Project, test_redis: redi
     call_command("simulate_baseline", "--cancel", str(job.pk), stdout=out)
     job.refresh_from_db()
     assert job.status == "cancelled" and "before it started; nothing was written" in job.message
-    assert test_redis.exists(CANCEL_KEY.format("queued-1"))
-    # A worker that picks the revoked task up anyway runs nothing.
+    assert test_redis.exists(CANCEL_KEY.format(job.pk))
+    # A worker that picks the revoked task up anyway runs nothing (the old task name too).
     assert simulate_baseline.apply(args=[job.pk], task_id="queued-1").get() == {"status": "cancelled"}
+    assert run_job_task.apply(args=[job.pk]).get() == {"status": "cancelled"}
     assert not NodeBaseline.objects.filter(project=net1).exists()
     with pytest.raises(CommandError, match=f"Baseline job {job.pk} is cancelled; only a queued or running one"):
         call_command("simulate_baseline", "--cancel", str(job.pk))
@@ -195,7 +197,7 @@ def test_the_task_on_a_worker_and_wait_follows_it(
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         start = datetime(2026, 4, 2, tzinfo=UTC)
         job = baseline_enqueue(project=committed_net1, start=start, hours=3, step_s=900, started_by="test")
-        assert simulate_baseline.AsyncResult(job.task_id).get(timeout=60)["status"] == "succeeded"
+        assert run_job_task.AsyncResult(job.task_id).get(timeout=60)["status"] == "succeeded"
         assert len(times_of(committed_net1)) == 13
         out = StringIO()
         call_command("simulate_baseline", "--project", committed_net1.slug, "--start", "2026-04-03T00:00:00",
@@ -220,7 +222,7 @@ def test_an_operator_cancels_a_running_simulation(
         out = StringIO()
         call_command("simulate_baseline", "--cancel", str(job.pk), stdout=out)
         assert "stops at its next chunk and writes nothing" in out.getvalue()
-        assert simulate_baseline.AsyncResult(job.task_id).get(timeout=120) == {"status": "cancelled"}
+        assert run_job_task.AsyncResult(job.task_id).get(timeout=120) == {"status": "cancelled"}
         job.refresh_from_db()
         assert job.status == "cancelled" and "previous baseline is unchanged" in job.message
         assert NodeBaseline.objects.filter(project=committed_net1).count() == before

@@ -1,0 +1,303 @@
+"""The job runner: one state machine, one Celery task and one cancel for every kind (``registry``).
+
+A job is a ``queries.models.jobs.Job`` row. ``enqueue`` sends the one task (``queries.run_job``, by name,
+so services never import tasks) once the row is committed (``transaction.on_commit``), to its kind's
+queue with its kind's time limits. ``run_job`` moves it ``queued → running → succeeded | failed |
+cancelled``: every change goes through ``transition`` (one conditional update under a row lock, with the
+kind's ``on_state`` hook in the same transaction), so a job never leaves a final state and two workers
+never both run it. A kind's function gets a ``JobContext``: ``progress`` (0–1 and a one-line message,
+also the heartbeat the reaper reads), ``should_stop``/``stop_if_asked`` (the cancel key) and ``succeed``.
+
+Faults: a worker killed mid-job leaves it ``running``; its task is redelivered (acks late) and the
+redelivery ends it ``failed`` with ``WORKER_LOST``, and ``reap`` (beat, every minute) ends what no
+redelivery reaches: silent for ``SILENT_S`` (``WORKER_LOST``), past its hard limit (``TIME_LIMIT``), queued
+for ``QUEUED_EXPIRY_S`` (``EXPIRED``). A failure is a code and a sentence, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import redis
+from billiard.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+from django.db import transaction
+
+from queries.jobrunner.registry import kind_spec
+from queries.models.jobs import Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+TASK_NAME = "queries.run_job"
+CANCEL_KEY = "tjwater:job:cancel:{}"
+FINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+#: A running job that wrote no progress for this long has lost its worker.
+SILENT_S = 15 * 60
+#: A queued job no worker took within this long is not run any more.
+QUEUED_EXPIRY_S = 6 * 3600
+#: Grace after a job's hard time limit before the reaper ends it.
+LIMIT_GRACE_S = 60
+#: Progress is written at most this often (the last write of a job always lands).
+PROGRESS_EVERY_S = 0.5
+#: The cancel key is read at most this often by ``should_stop``.
+CANCEL_POLL_S = 0.2
+
+NOTHING_WRITTEN = "nothing was written"
+
+
+class JobCancelled(Exception):
+    """Raised inside a job when its cancellation was asked for (``JobContext.stop_if_asked``)."""
+
+
+class JobFailed(Exception):
+    """A job's own failure, worded for its users: ``code`` (``EPANET_110``, ``PERMISSION_REVOKED``, …)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class NotCancellable(Exception):
+    """The job is not queued or running (the message says what it is)."""
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def transition(job_id: int, status: str, *, only_from: frozenset[str] | None = None, **fields: Any) -> bool:
+    """Move job ``job_id`` to ``status`` with ``fields``, unless it is final already (or not in
+    ``only_from``). The row is locked while the kind's ``on_state`` hook runs in the same transaction.
+    Returns whether the job changed."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status in FINAL or (only_from is not None and job.status not in only_from):
+            return False
+        fields["status"] = status
+        if status in FINAL:
+            fields.setdefault("finished_at", _now())
+            if status == JobStatus.SUCCEEDED:
+                fields.setdefault("progress", 1.0)
+        Job.objects.filter(pk=job_id).update(**fields)
+        for name, value in fields.items():
+            setattr(job, name, value)
+        hook = kind_spec(job.kind).state_hook()
+        if hook is not None:
+            hook(job, status)
+    return True
+
+
+@dataclass
+class JobContext:
+    """What a kind's function gets: its job, progress, the cancel check and ``succeed``."""
+
+    job: Job
+    done: bool = False
+    _written: float = 0.0
+    _polled: float = 0.0
+    _stop: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        """Report ``fraction`` (0–1) done with a one-line ``message``; also the job's heartbeat."""
+        now = time.monotonic()
+        if now - self._written < PROGRESS_EVERY_S and fraction < 1.0:
+            return
+        self._written = now
+        fraction = min(max(float(fraction), 0.0), 1.0)
+        fields: dict[str, Any] = {"progress": fraction, "heartbeat_at": _now()}
+        if message:
+            fields["status_message"] = message[:200]
+        Job.objects.filter(pk=self.job.pk, status=JobStatus.RUNNING).update(**fields)
+        self.job.progress = fraction
+
+    def should_stop(self) -> bool:
+        """Whether the job's cancellation was asked for (read from Redis at most every ``CANCEL_POLL_S``)."""
+        if self._stop:
+            return True
+        now = time.monotonic()
+        if now - self._polled >= CANCEL_POLL_S:
+            self._polled = now
+            self._stop = cancel_requested(self.job.pk)
+        return self._stop
+
+    def stop_if_asked(self) -> None:
+        if self.should_stop():
+            raise JobCancelled(f"Cancelled while it ran; {NOTHING_WRITTEN}.")
+
+    def succeed(self, *, rows: int | None = None, detail: dict[str, Any] | None = None, message: str = "") -> bool:
+        """End the job ``succeeded`` (call it inside the transaction that writes the job's results)."""
+        fields: dict[str, Any] = {"status_message": (message or "Done.")[:200]}
+        if rows is not None:
+            fields["rows"] = rows
+        if detail is not None:
+            fields["detail"] = detail
+        self.done = transition(self.job.pk, JobStatus.SUCCEEDED, only_from=frozenset({JobStatus.RUNNING}), **fields)
+        if not self.done:
+            raise JobCancelled(f"The job ended while it ran; {NOTHING_WRITTEN}.")
+        return self.done
+
+
+def cancel_requested(job_id: int) -> bool:
+    try:
+        return bool(_redis().exists(CANCEL_KEY.format(job_id)))
+    except redis.RedisError:
+        return False  # Redis down: the job runs on; the reaper and time limits still bound it
+
+
+def enqueue(job: Job, *, soft_limit_s: int | None = None, hard_limit_s: int | None = None) -> Job:
+    """Send ``job`` (a queued row) to its kind's queue once the row is committed, with its time limits."""
+    spec = kind_spec(job.kind)
+    soft = soft_limit_s or spec.soft_limit_s
+    hard = max(hard_limit_s or spec.hard_limit_s, soft)
+    job.task_id = uuid.uuid4().hex
+    job.time_limit_s = hard
+    Job.objects.filter(pk=job.pk).update(task_id=job.task_id, time_limit_s=hard)
+    task_id, job_id = job.task_id, job.pk
+
+    def send() -> None:
+        from tjwater.celery import app  # the Celery app, not a task: sent by the task's name
+
+        app.send_task(
+            TASK_NAME,
+            args=(job_id,),
+            task_id=task_id,
+            queue=spec.queue,
+            soft_time_limit=soft,
+            time_limit=hard,
+            expires=QUEUED_EXPIRY_S,
+        )
+
+    transaction.on_commit(send)
+    return job
+
+
+def run_job(job_id: int) -> dict[str, Any]:
+    """Run job ``job_id`` by its kind (the Celery task's body, and ``run_now``'s)."""
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return {"status": "missing"}
+    if job.status in FINAL:
+        return {"status": job.status}
+    if job.status == JobStatus.RUNNING:
+        beat = job.heartbeat_at or job.started_at
+        if beat is not None and _now() - beat < timedelta(seconds=120):
+            return {"status": "running"}  # a duplicate delivery while it runs: leave it to its worker
+        transition(
+            job.pk, JobStatus.FAILED, error_code="WORKER_LOST",
+            message=f"The worker running this job stopped before it finished; {NOTHING_WRITTEN}. Submit it again.",
+        )  # fmt: skip
+        return {"status": JobStatus.FAILED, "code": "WORKER_LOST"}
+    if cancel_requested(job.pk):
+        transition(job.pk, JobStatus.CANCELLED, message=f"Cancelled before it started; {NOTHING_WRITTEN}.")
+        return {"status": JobStatus.CANCELLED}
+    now = _now()
+    started = transition(
+        job.pk, JobStatus.RUNNING, only_from=frozenset({JobStatus.QUEUED}),
+        started_at=now, heartbeat_at=now, progress=0.0, status_message="Started.",
+    )  # fmt: skip
+    if not started:
+        return {"status": Job.objects.get(pk=job.pk).status}
+    job.refresh_from_db()
+    ctx = JobContext(job)
+    outcome: dict[str, Any]
+    try:
+        kind_spec(job.kind).runner()(ctx)
+        if not ctx.done:
+            ctx.succeed()
+        outcome = {"status": JobStatus.SUCCEEDED}
+    except JobCancelled as exc:
+        transition(job.pk, JobStatus.CANCELLED, message=str(exc), status_message="Cancelled.")
+        outcome = {"status": JobStatus.CANCELLED}
+    except JobFailed as exc:
+        transition(job.pk, JobStatus.FAILED, error_code=exc.code[:32], message=exc.message[:2000])
+        outcome = {"status": JobStatus.FAILED, "code": exc.code}
+    except SoftTimeLimitExceeded:
+        _fail(job, "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s or '?'} s) and was stopped")
+        outcome = {"status": JobStatus.FAILED, "code": "TIME_LIMIT"}
+    except MemoryError:
+        _fail(job, "MEMORY_LIMIT", "The job ran out of the memory it may use and was stopped")
+        outcome = {"status": JobStatus.FAILED, "code": "MEMORY_LIMIT"}
+    except Exception:
+        logger.exception("job %s (%s) stopped on an internal error", job.pk, job.kind)
+        _fail(job, "INTERNAL", "The job stopped on an internal error (the worker's log has it)")
+        outcome = {"status": JobStatus.FAILED, "code": "INTERNAL"}
+    return outcome
+
+
+def _fail(job: Job, code: str, sentence: str) -> None:
+    transition(job.pk, JobStatus.FAILED, error_code=code, message=f"{sentence}; {NOTHING_WRITTEN}.")
+
+
+def run_now(job: Job) -> Job:
+    """Run ``job`` in this process, now (commands' ``--sync``): the same runner as a worker's."""
+    run_job(job.pk)
+    job.refresh_from_db()
+    return job
+
+
+def request_cancel(job: Job, *, actor: str) -> Job:
+    """Cancel a queued or running job: a queued one ends ``cancelled`` at once and never starts; a running
+    one stops at its next ``should_stop`` and writes nothing. ``NotCancellable`` otherwise."""
+    if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
+        raise NotCancellable(f"Job {job.pk} is {job.status}; only a queued or running one can be cancelled.")
+    try:
+        _redis().set(CANCEL_KEY.format(job.pk), "1", ex=86400)
+    except redis.RedisError:
+        if job.status == JobStatus.RUNNING:
+            raise NotCancellable(f"Job {job.pk} is running and Redis does not answer: try again.") from None
+    who = actor[:100]
+    if transition(
+        job.pk, JobStatus.CANCELLED, only_from=frozenset({JobStatus.QUEUED}),
+        message=f"Cancelled by {who} before it started; {NOTHING_WRITTEN}.", status_message="Cancelled.",
+    ):  # fmt: skip
+        if job.task_id:
+            from tjwater.celery import app
+
+            app.control.revoke(job.task_id)
+    else:
+        Job.objects.filter(pk=job.pk, status=JobStatus.RUNNING).update(
+            status_message=f"Cancellation requested by {who}; it stops within seconds and writes nothing."[:200]
+        )
+    job.refresh_from_db()
+    return job
+
+
+def reap(now: datetime | None = None) -> list[int]:
+    """End the jobs no worker will end (beat, every minute); returns their ids."""
+    now = now or _now()
+    ended: list[int] = []
+    running = Job.objects.filter(status=JobStatus.RUNNING).only("pk", "started_at", "heartbeat_at", "time_limit_s")
+    for job in running:
+        beat = job.heartbeat_at or job.started_at or now
+        if (
+            job.time_limit_s
+            and job.started_at
+            and now > job.started_at + timedelta(seconds=job.time_limit_s + LIMIT_GRACE_S)
+        ):
+            code, why = "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s} s) and was stopped"
+        elif now - beat > timedelta(seconds=SILENT_S):
+            code, why = "WORKER_LOST", f"The job's worker went silent for {SILENT_S // 60} minutes"
+        else:
+            continue
+        if transition(job.pk, JobStatus.FAILED, only_from=frozenset({JobStatus.RUNNING}), error_code=code,
+                      message=f"{why}; {NOTHING_WRITTEN}."):  # fmt: skip
+            ended.append(job.pk)
+    stale = Job.objects.filter(status=JobStatus.QUEUED, created_at__lt=now - timedelta(seconds=QUEUED_EXPIRY_S))
+    for job_id in stale.values_list("pk", flat=True):
+        if transition(
+            job_id, JobStatus.FAILED, only_from=frozenset({JobStatus.QUEUED}), error_code="EXPIRED",
+            message=f"No worker took the job within {QUEUED_EXPIRY_S // 3600} h; {NOTHING_WRITTEN}.",
+        ):  # fmt: skip
+            ended.append(job_id)
+    return ended
