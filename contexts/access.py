@@ -38,6 +38,10 @@ SCOPE_QUERY = "mcp.query"
 SCOPE_CONTEXT_BIND = "mcp.context.bind"
 #: The scope an API-audience token needs to read project data over REST.
 REST_READ_SCOPE = "api.read"
+#: The scopes that start and cancel analysis runs (issue 42 item 3), besides ``simulation.run``: on MCP
+#: (the ``run_*`` tools and ``cancel_analysis_run``) and on REST (the POSTs).
+SCOPE_ANALYSIS_RUN = "mcp.analysis.run"
+REST_ANALYSIS_SCOPE = "api.analysis.run"
 
 # The scopes that open each class of MCP method (any one suffices; the first is the one a 403 challenge
 # names). Methods not named here (unknown methods, notifications) need only a valid token; the SDK
@@ -104,19 +108,28 @@ def tools_for_binding(
     permissions: Collection[str],
     purpose: str,
     task_scoped: Collection[str] = (),
+    action_tools: Collection[str] = (),
+    scopes: Collection[str] = (),
+    approved: Collection[str] = (),
 ) -> list[str]:
     """The tools one binding may call: catalog ∩ the principal's permissions ∩ the purpose (R-TOOL-1,
     R-CTX-4), sorted by name. ``catalog`` maps tool name → the permission codes the tool requires;
     ``task_scoped`` names tools that only make sense inside a bound task (never given to ordinary chat).
-    """
+
+    ``action_tools`` (start or cancel a run) also need the token's ``mcp.analysis.run`` among ``scopes``;
+    a ``task_reader`` never gets one, and a ``task_execution`` binding only when the execution request
+    approved their permissions (``approved``)."""
     if purpose not in ContextPurpose.values:
         raise InvalidParameter("Unknown purpose.", details={"purpose": purpose})
     held = frozenset(permissions)
     task_only = frozenset(task_scoped)
+    actions = frozenset(action_tools)
     tools: list[str] = []
     for name, required in catalog.items():
         needs = frozenset(required)
         if not needs <= held:
+            continue
+        if name in actions and not may_bind_action(needs, purpose=purpose, scopes=scopes, approved=approved):
             continue
         if purpose == ContextPurpose.ORDINARY_CHAT and name in task_only:
             continue
@@ -124,6 +137,22 @@ def tools_for_binding(
             continue
         tools.append(name)
     return sorted(tools)
+
+
+def may_bind_action(
+    needs: Collection[str], *, purpose: str, scopes: Collection[str], approved: Collection[str]
+) -> bool:
+    """Whether a binding gets one action tool (its permissions already held): the run scope in the token;
+    never a reader; an execution's request must have approved what the tool needs."""
+    if SCOPE_ANALYSIS_RUN not in scopes or purpose == ContextPurpose.TASK_READER:
+        return False
+    return purpose != ContextPurpose.TASK_EXECUTION or frozenset(needs) <= frozenset(approved)
+
+
+def may_act(scopes: Collection[str]) -> bool:
+    """Call time: an action tool also needs the run scope in the token presented now (a token without
+    it is answered as if the tool did not exist, like any tool outside the binding)."""
+    return SCOPE_ANALYSIS_RUN in scopes
 
 
 def _reader_may_use(name: str, needs: frozenset[str], task_only: frozenset[str]) -> bool:

@@ -19,7 +19,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from contexts.access import REST_READ_SCOPE, SCOPE_CONTEXT_BIND
+from contexts.access import REST_ANALYSIS_SCOPE, REST_READ_SCOPE, SCOPE_CONTEXT_BIND
 from contexts.token_errors import AuthUnavailable, InvalidToken, MissingToken
 from contexts.tokens import VerifiedToken, bearer_from_authorization, verify_token
 
@@ -130,4 +130,17 @@ class HasApiReadScope(BasePermission):
             raise TokenRequired()
         if REST_READ_SCOPE not in token.scopes:
             raise InsufficientScope(REST_READ_SCOPE)
+        return True
+
+
+class HasAnalysisRunScope(BasePermission):
+    """The REST POSTs that start or cancel analysis runs need ``api.analysis.run``
+    (``contexts.access.REST_ANALYSIS_SCOPE``) on an API-audience token; otherwise 403 ``insufficient_scope``."""
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        token = request.auth
+        if not isinstance(token, VerifiedToken):
+            raise TokenRequired()
+        if REST_ANALYSIS_SCOPE not in token.scopes:
+            raise InsufficientScope(REST_ANALYSIS_SCOPE)
         return True

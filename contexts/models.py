@@ -176,6 +176,9 @@ class ExecutionRequest(models.Model):
 
     run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="execution_requests")
     request_id = models.CharField(max_length=128, unique=True)
+    #: The run permissions this execution was approved for (issue 42 item 3): a ``task_execution`` context
+    #: gets the tools that start analyses only when the request approved ``simulation.run``. None by default.
+    approved_permissions = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -338,6 +341,13 @@ class AccessEvent(models.Model):
         PROJECT_UNITS_CHANGED = "project_units_changed"
         PROJECT_DELETED = "project_deleted"
         PROJECT_COMPUTE_CHANGED = "project_compute_changed"
+        # Analysis runs (issue 42 item 7): the inputs are never recorded, only their hash.
+        ANALYSIS_SUBMITTED = "analysis_submitted"
+        ANALYSIS_REFUSED = "analysis_refused"
+        ANALYSIS_STARTED = "analysis_started"
+        ANALYSIS_SUCCEEDED = "analysis_succeeded"
+        ANALYSIS_FAILED = "analysis_failed"
+        ANALYSIS_CANCELLED = "analysis_cancelled"
 
     action = models.CharField(max_length=32, choices=Action.choices)
     actor = models.CharField(max_length=300)

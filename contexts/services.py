@@ -43,6 +43,7 @@ from contexts.models import (
 )
 from contexts.run_checks import bind_task, check_purpose_fields, pinned_revision
 from contexts.selectors import MAX_HANDLE_CHARS, hash_handle
+from tjwater.registry import TOOLS
 
 if TYPE_CHECKING:
     from contexts.tokens import VerifiedToken
@@ -179,7 +180,13 @@ def context_create(
         report_revision = pinned_revision(task, report_revision)
 
     tools = access.tools_for_binding(
-        catalog=catalog, permissions=membership.permissions, purpose=purpose, task_scoped=task_scoped
+        catalog=catalog,
+        permissions=membership.permissions,
+        purpose=purpose,
+        task_scoped=task_scoped,
+        action_tools=TOOLS.action_tools(),
+        scopes=token.scopes,
+        approved=execution_request.approved_permissions if execution_request is not None else (),
     )
     handle = secrets.token_urlsafe(HANDLE_BYTES)
     context = QueryContext.objects.create(

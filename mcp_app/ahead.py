@@ -136,7 +136,7 @@ async def plan_ahead(
     plan: Plan[Any] | None = None
     try:
         with budget:
-            plan = spec.invoke(scope, args)
+            plan = spec.plan(scope, args)
             step = next(plan)
             first = [db.compiler.compile(s) for s in (step.statements if isinstance(step, Together) else (step,))]
     except Exception:  # noqa: BLE001 - the call builds its plan again after the resolution, and meets it there

@@ -41,6 +41,7 @@ from contexts.scope import QueryScope
 from contexts.tokens import VerifiedToken
 from evidence.errors import RequestKeyRequired
 from evidence.services import run_with_evidence, saves_evidence
+from mcp_app.actions import call_action
 from mcp_app.ahead import Ahead, plan_ahead
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.errors import (
@@ -151,6 +152,8 @@ class Dispatcher:
         if entry is None:
             raise unknown_tool(name)
         args = validate_arguments(entry, arguments)
+        if entry.spec.effect != "read":  # starts or stops a job: its own path (mcp_app.actions)
+            return await call_action(self.db, token=token, entry=entry, name=name, args=args)
         started = time.monotonic()
         call = _Call()
         outcome = "ok"
@@ -333,7 +336,7 @@ class Dispatcher:
                     if ahead is not None:
                         result = await ahead.finish(execution, db.compiler)
                     else:
-                        result = await run_plan(entry.spec.invoke(scope, args), execution, db.compiler)
+                        result = await run_plan(entry.spec.plan(scope, args), execution, db.compiler)
                     if session is not None:
                         await session.report_progress(1, 1, "query finished")
                     return result

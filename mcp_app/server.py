@@ -27,8 +27,10 @@ SUPPORTED_VERSIONS = [PROTOCOL_VERSION]
 CLIENT_CREDENTIALS_EXTENSION = "io.modelcontextprotocol/oauth-client-credentials"
 TOKEN_SCOPE_KEY = "tjwater.token"
 INSTRUCTIONS = (
-    "Read-only access to a water utility's hydraulic network model and related data. Every business tool "
-    "needs the context_handle of a context created for one project; results are paged and capped."
+    "Access to a water utility's hydraulic network model and related data. Every business tool needs the "
+    "context_handle of a context created for one project; results are paged and capped. Query tools only "
+    "read; where a deployment serves them, the run_* tools start hydraulic analyses as background runs "
+    "(follow them with get_analysis_run) and cancel_analysis_run stops one."
 )
 
 # R-PROTO-5: the catalog is generic (the same for everyone) → public, 5 minutes; anything read on

@@ -46,6 +46,7 @@ from contexts.errors import ApplicationError, InvalidParameter
 from contexts.rest import ApiBearerAuthentication, member_scope
 from contexts.slots import rest_slot
 from contexts.tokens import VerifiedToken
+from queries.api_actions import action_specs, action_urlpatterns
 from queries.arguments import bad_text_path
 from queries.plan import run_sync
 from queries.registry import JSON_SCHEMA_DIALECT, TOOL_ERROR_SCHEMA, ToolSpec, tools_by_name
@@ -79,7 +80,11 @@ class Route:
 
 def routes() -> tuple[Route, ...]:
     """One route per registry tool that has one (``ToolSpec.rest``), in the catalog's order."""
-    return tuple(Route(spec.name, spec.rest) for spec in tools_by_name().values() if spec.rest is not None)
+    return tuple(
+        Route(spec.name, spec.rest)
+        for spec in tools_by_name().values()
+        if spec.rest is not None and spec.effect == "read"
+    )
 
 
 def rest_input_schema(spec: ToolSpec) -> dict[str, Any]:
@@ -184,7 +189,7 @@ def run_read_only(spec: ToolSpec, scope: Any, args: dict[str, Any]) -> dict[str,
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(f"SET TRANSACTION READ ONLY; SET LOCAL statement_timeout = {budget_ms}")
-        result = run_sync(spec.invoke(scope, args), budget_s=budget_s)
+        result = run_sync(spec.plan(scope, args), budget_s=budget_s)
     return result.model_dump(mode="json")
 
 
@@ -272,8 +277,8 @@ def openapi_components(result: dict[str, Any], generator: Any, request: Any, pub
     silently change a schema: refused."""
     schemas = result.setdefault("components", {}).setdefault("schemas", {})
     schemas["ToolError"] = TOOL_ERROR_SCHEMA
-    for route in routes():
-        spec = _specs().get(route.tool)
+    served = [_specs().get(route.tool) for route in routes()] + list(action_specs().values())
+    for spec in served:
         if spec is None:
             continue
         generated = spec.output_model.model_json_schema(
@@ -363,6 +368,7 @@ def _scalar(value: Any) -> str:
 
 
 urlpatterns = [path(route.path, _view(route), name=f"api-{route.tool}") for route in routes()]
+urlpatterns += action_urlpatterns()
 
 
 def reset_caches() -> None:

@@ -39,6 +39,11 @@ OPTIMIZATION_RUN = "optimization.run"
 
 #: (scope, validated arguments) → the service's plan (``queries.plan``), run by whichever edge calls.
 Invoke = Callable[[QueryScope, Mapping[str, Any]], Plan[BaseModel]]
+#: (scope, validated arguments) → the result of an action (a submit or a cancel): a synchronous function
+#: every edge runs off the event loop in a write transaction.
+Act = Callable[[QueryScope, Mapping[str, Any]], BaseModel]
+#: What a tool does: reads (a plan), or starts or stops work (``act``).
+EFFECTS = ("read", "submit", "cancel")
 Summarize = Callable[[Any], str]
 
 
@@ -63,7 +68,7 @@ class ToolSpec:
     permissions: tuple[str, ...]
     source: str
     semantics: Origin
-    invoke: Invoke
+    invoke: Invoke | None
     summarize: Summarize
     limits: ToolLimits = field(default_factory=ToolLimits)
     evidence_allowed: bool = True
@@ -89,6 +94,16 @@ class ToolSpec:
     #: Where the result's page is (the dict holding ``items``, ``offset``, ``has_more``), for the inline
     #: cut: ``data`` for every collection tool; ``get_task_context`` has its page at ``data.page``.
     page_holder: tuple[str, ...] = ("data",)
+    #: ``read`` (``invoke``: a plan), or ``submit``/``cancel``: an action tool (``act``, and no ``invoke``),
+    #: which needs the ``mcp.analysis.run`` scope too, saves no evidence and is not read-only.
+    effect: str = "read"
+    act: Act | None = None
+
+    def plan(self, scope: QueryScope, arguments: Mapping[str, Any]) -> Plan[BaseModel]:
+        """The read tool's plan for one call (an action tool has none: it ``act``s)."""
+        if self.invoke is None:
+            raise TypeError(f"tool {self.name} is an action tool: it has no plan")
+        return self.invoke(scope, arguments)
 
     def permissions_for(self, arguments: Mapping[str, Any]) -> tuple[str, ...]:
         """Every permission code this call needs: the tool's own plus what its arguments add."""
@@ -101,9 +116,16 @@ class ToolSpec:
             raise ImproperlyConfigured(f"tool {self.name}: give either its REST route or why it has none")
         if not self.examples:
             raise ImproperlyConfigured(f"tool {self.name}: give at least one example of its arguments")
+        if self.effect not in EFFECTS:
+            raise ImproperlyConfigured(f"tool {self.name}: effect is one of {', '.join(EFFECTS)}")
+        if (self.effect == "read") != (self.invoke is not None) or (self.effect == "read") == (self.act is not None):
+            raise ImproperlyConfigured(f"tool {self.name}: a read tool has invoke, an action tool act (not both)")
+        if self.effect != "read" and self.evidence_allowed:
+            raise ImproperlyConfigured(f"tool {self.name}: an action tool saves no evidence (its run is audited)")
         # The one place results are put into the project's unit system on the way out (R-ONB-3): every
         # edge (MCP, REST, evidence) runs ``invoke``, so all of them get and keep the same numbers.
-        object.__setattr__(self, "invoke", presented(self.invoke))
+        if self.invoke is not None:
+            object.__setattr__(self, "invoke", presented(self.invoke))
         if self.item_parts:
             schema = self.input_schema
             object.__setattr__(
@@ -129,6 +151,12 @@ class ToolSpec:
     def annotations(self) -> dict[str, Any]:
         """R-TOOL-2: tools that may save evidence are not read-only (they append evidence) but never
         destructive. Annotations are hints for clients; they never decide authorization."""
+        if self.effect == "submit":  # starts a run: not read-only; the same inputs return the same run
+            return {"title": self.title, "readOnlyHint": False, "destructiveHint": False, "idempotentHint": True,
+                    "openWorldHint": False}  # fmt: skip
+        if self.effect == "cancel":  # stops a run: what it would have written is never written
+            return {"title": self.title, "readOnlyHint": False, "destructiveHint": True, "idempotentHint": True,
+                    "openWorldHint": False}  # fmt: skip
         if self.evidence_allowed:
             return {"title": self.title, "readOnlyHint": False, "destructiveHint": False, "openWorldHint": False}
         return {"title": self.title, "readOnlyHint": True, "openWorldHint": False}

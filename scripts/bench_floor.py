@@ -197,7 +197,7 @@ def capture(
         conn = await db.checkout()
         recorder = _Recorder(db.compiler)
         try:
-            result = await run_plan(recorder.steps(spec.invoke(scope, dict(arguments))), Execution(conn), recorder)
+            result = await run_plan(recorder.steps(spec.plan(scope, dict(arguments))), Execution(conn), recorder)
         finally:
             await db.give_back(conn)
             await db.close()

@@ -8,6 +8,7 @@ PORT=${PORT:-8000}
 export DEBUG=${DEBUG:-1}
 export TJWATER_MCP_ENABLED=${TJWATER_MCP_ENABLED:-1}
 export TJWATER_DEV_ISSUER=${TJWATER_DEV_ISSUER:-1}
+export TJWATER_MCP_ANALYSIS_TOOLS=${TJWATER_MCP_ANALYSIS_TOOLS:-1}
 export TJWATER_MCP_RESOURCE_URI=${TJWATER_MCP_RESOURCE_URI:-http://127.0.0.1:$PORT/mcp}
 mkdir -p var
 
@@ -29,6 +30,10 @@ cleanup() {
 trap cleanup INT TERM EXIT
 
 .venv/bin/celery -A tjwater worker --loglevel=INFO --concurrency=2 & pids+=($!)
+# Analysis runs have a queue of their own (issue 42): one worker process per core at most, a fresh child
+# after 20 runs, and one replaced once it has grown past the memory cap (checked after each run).
+.venv/bin/celery -A tjwater worker -Q analysis -n analysis@%h --loglevel=INFO --concurrency=1 \
+  --max-tasks-per-child=20 --max-memory-per-child="${TJWATER_ANALYSIS_MAX_MEMORY_KB:-2000000}" & pids+=($!)
 .venv/bin/celery -A tjwater beat --loglevel=INFO --schedule var/celerybeat-schedule & pids+=($!)
 # With the access log: the context REST API carries a handle in the DELETE path, and the project's
 # logging filter (tjwater/logging.py) redacts it in every logger, uvicorn's access log included.

@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "contexts",
     "queries",
     "evidence",
+    "analyses",
     "mcp_app",
 ]
 
@@ -291,6 +292,9 @@ TJWATER_MCP_SSE_PING_S = env.float("TJWATER_MCP_SSE_PING_S", default=15.0)
 TJWATER_MCP_ALLOWED_ORIGINS = env.list("TJWATER_MCP_ALLOWED_ORIGINS", default=[])
 # Registers the test-only tools (a pg_sleep query used to prove cancellation). Test settings only.
 TJWATER_MCP_TEST_TOOLS = False
+# The analysis tools (run_* and cancel_analysis_run, issue 42) join the generic catalog only when the
+# deployment turns them on (seed 000: off by default); `make run`'s demo does.
+TJWATER_MCP_ANALYSIS_TOOLS = env.bool("TJWATER_MCP_ANALYSIS_TOOLS", default=False)
 
 # --- Operations: metrics, traces, log format (issue 24; README "Operations") ----------------------
 # /metrics answers only `Authorization: Bearer <this>`; empty = /metrics does not exist (404).

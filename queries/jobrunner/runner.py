@@ -118,8 +118,13 @@ class JobContext:
         fields: dict[str, Any] = {"progress": fraction, "heartbeat_at": _now()}
         if message:
             fields["status_message"] = message[:200]
-        Job.objects.filter(pk=self.job.pk, status=JobStatus.RUNNING).update(**fields)
-        self.job.progress = fraction
+        with transaction.atomic():
+            if Job.objects.filter(pk=self.job.pk, status=JobStatus.RUNNING).update(**fields):
+                self.job.progress = fraction
+                self.job.status_message = fields.get("status_message", self.job.status_message)
+                hook = kind_spec(self.job.kind).state_hook()
+                if hook is not None:
+                    hook(self.job, "progress")  # not a change of state: the kind's mirror of progress
 
     def should_stop(self) -> bool:
         """Whether the job's cancellation was asked for (read from Redis at most every ``CANCEL_POLL_S``)."""

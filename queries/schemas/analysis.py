@@ -52,6 +52,16 @@ class ModelVersionRef(BaseModel):
     file_name: str
 
 
+class RunCost(BaseModel):
+    """A run's cost: estimated before it was queued, or measured once it ended (null fields: not known)."""
+
+    cpu_seconds: float | None = Field(default=None, json_schema_extra=declared("s"))
+    peak_memory_mb: float | None = Field(default=None, json_schema_extra=declared("own_unit"), description="MiB")
+    peak_rss_mb: float | None = Field(default=None, json_schema_extra=declared("own_unit"), description="MiB")
+    wall_seconds: float | None = Field(default=None, json_schema_extra=declared("s"))
+    series_rows: int | None = Field(default=None, json_schema_extra=declared("count"))
+
+
 class AnalysisRunDetail(AnalysisRunSummary):
     """One run whole: its parameters and summary, why it failed (if it did), which result types it has
     and whether it has node/link series to query; what it computed from (the model version, the engine,
@@ -68,6 +78,8 @@ class AnalysisRunDetail(AnalysisRunSummary):
     input_sha256: str | None = Field(description="SHA-256 of the run's canonical inputs (RFC 8785 JSON)")
     progress: float | None = Field(json_schema_extra=declared("fraction"), description="0–1 while it runs")
     status_message: str | None
+    estimate: RunCost | None = Field(default=None, description="the cost estimated before it was queued")
+    cost: RunCost | None = Field(default=None, description="what it cost (once it ended)")
 
 
 class ElementRef(BaseModel):

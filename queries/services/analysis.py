@@ -82,7 +82,8 @@ def _units(element_type: str, field: str) -> dict[str, str]:
 
 _SUMMARY_FIELDS = ("run_id", "kind", "status", "title", "created_at", "started_at", "finished_at", "error_code")
 _DETAIL_FIELDS = ("parameters", "summary", "error_message", "model_version__version", "model_version__sha256",
-                  "model_version__file_name", "engine", "input_sha256", "progress", "status_message")  # fmt: skip
+                  "model_version__file_name", "engine", "input_sha256", "progress", "status_message", "estimate",
+                  "cost")  # fmt: skip
 
 
 def _summary(row: dict[str, Any]) -> dict[str, Any]:
@@ -227,6 +228,8 @@ def get_analysis_run(*, scope: QueryScope, run_id: str) -> Plan[AnalysisRunResul
             input_sha256=row["input_sha256"] or None,
             progress=row["progress"],
             status_message=row["status_message"] or None,
+            estimate=row["estimate"] or None,
+            cost=row["cost"] or None,
         ),
     )
 

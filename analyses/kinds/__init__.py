@@ -1,0 +1,54 @@
+"""The analysis kinds (issue 42 item 2): what each one asks (its input schema, in the project's units),
+how a request becomes the canonical SI parameters that are hashed for idempotency, what a run costs, and
+how the computation of ``queries.runs`` becomes results in the project's units.
+
+Importing this package is light (no WNTR, no pandas): the submission path, the registries and the tool
+catalog read the names below without loading the engine; ``kinds()`` imports the per-kind modules on its
+first call. ``KINDS`` is the same mapping, built on first access.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from analyses.kinds.base import AnalysisKind
+
+__all__ = ["KINDS", "KIND_NAMES", "REST_PATHS", "TOOL_NAMES", "kinds"]
+
+KIND_NAMES = ("burst", "valve_isolation", "flushing", "contaminant")
+#: The MCP tool that submits each kind.
+TOOL_NAMES: dict[str, str] = {
+    "burst": "run_burst_analysis",
+    "valve_isolation": "run_valve_isolation_analysis",
+    "flushing": "run_flushing_analysis",
+    "contaminant": "run_contaminant_simulation",
+}
+#: The REST collection of each kind (``/api/projects/<slug>/<path>/``).
+REST_PATHS: dict[str, str] = {
+    "burst": "burst-analyses",
+    "valve_isolation": "valve-isolation-analyses",
+    "flushing": "flushing-analyses",
+    "contaminant": "contaminant-simulations",
+}
+
+
+@cache
+def kinds() -> dict[str, AnalysisKind]:
+    """Every analysis kind by name, in ``KIND_NAMES`` order (built once per process)."""
+    from analyses.kinds.burst import BurstKind
+    from analyses.kinds.contaminant import ContaminantKind
+    from analyses.kinds.flushing import FlushingKind
+    from analyses.kinds.valve_isolation import ValveIsolationKind
+
+    built: list[AnalysisKind] = [BurstKind(), ValveIsolationKind(), FlushingKind(), ContaminantKind()]
+    by_name = {kind.name: kind for kind in built}
+    return {name: by_name[name] for name in KIND_NAMES}
+
+
+def __getattr__(name: str) -> dict[str, AnalysisKind]:
+    """``KINDS``, built on first access (PEP 562), so that importing the package stays light."""
+    if name == "KINDS":
+        return kinds()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

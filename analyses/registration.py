@@ -1,0 +1,35 @@
+"""What the analyses app adds to the project's registries, from ``AnalysesConfig.ready()``: one job kind
+per analysis kind (run by ``analyses.execute``, on the ``analysis`` queue) and the analysis tools. Light
+by design: nothing here imports the engine."""
+
+from __future__ import annotations
+
+from analyses.kinds import KIND_NAMES
+from queries.jobrunner.registry import JobKindSpec, register
+
+#: The Celery queue of analysis runs (``make run`` starts a worker for it; the README says how elsewhere).
+QUEUE = "analysis"
+#: The job kinds' labels (admin, commands).
+KIND_LABELS = {"burst": "Burst analysis", "valve_isolation": "Valve isolation analysis",
+               "flushing": "Flushing analysis", "contaminant": "Contaminant simulation"}  # fmt: skip
+
+
+def register_job_kinds() -> None:
+    for name in KIND_NAMES:
+        register(
+            JobKindSpec(
+                name=name,
+                label=KIND_LABELS[name],
+                run="analyses.execute.run_analysis_job",
+                queue=QUEUE,
+                soft_limit_s=570,
+                hard_limit_s=600,
+                on_state="analyses.execute.mirror_state",
+            )
+        )
+
+
+def register_tools() -> None:
+    from analyses.tools import register
+
+    register()
