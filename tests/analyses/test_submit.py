@@ -59,9 +59,8 @@ def test_a_run_of_every_kind_computes_writes_and_is_audited(kind: str, net3: Pro
     done = submit(project=net3, kind=kind, params=PARAMS[kind], who=alice, send=False)
     assert done.created and done.job.status == "queued" and done.run.status == "queued"
     answer = done.answer()
-    assert (
-        answer["run_id"] == done.run.run_id and answer["estimate"]["cpu_seconds"] >= 0 and answer["poll_after_ms"] >= 250
-    )
+    assert answer["run_id"] == done.run.run_id and answer["poll_after_ms"] >= 250
+    assert answer["estimate"]["cpu_seconds"] >= 0
     run_now(done.job)
     run = AnalysisRun.objects.get(pk=done.run.pk)
     assert run.status == "succeeded", (run.error_code, run.error_message)

@@ -109,8 +109,9 @@ def worker(world: dict[str, Any], django_db_blocker: Any) -> Iterator[None]:
     client = redis.Redis.from_url(settings.REDIS_URL)
     client.flushdb()
     queues = app.amqp.queues.copy()
-    with django_db_blocker.unblock(), start_worker(
-        app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery", "analysis"]
+    with (
+        django_db_blocker.unblock(),
+        start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery", "analysis"]),
     ):
         yield
     app.amqp.queues.clear()

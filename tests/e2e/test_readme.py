@@ -42,14 +42,15 @@ def _run(block: str, server: ServerProcess) -> subprocess.CompletedProcess[str]:
 
 def test_the_readme_has_the_blocks_this_test_knows() -> None:
     blocks = readme_blocks()
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     assert "mcp_token --sub alice" in blocks[0] and "--audience tjwater-api" in blocks[1]
     assert "--crs EPSG:3089" in blocks[2] and "import_gis" in blocks[2]
+    assert "run_analysis burst --project my-utility" in blocks[3]
 
 
 def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerProcess], django_db_blocker: Any) -> None:
     server = start_server()
-    first, rest, onboard = readme_blocks()
+    first, rest, onboard, analysis = readme_blocks()
 
     out = _run(first, server)
     assert out.returncode == 0, out.stderr
@@ -73,6 +74,12 @@ def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerPr
     # Run twice: the walk starts afresh (project_delete) and gives the same answer.
     again = _run(onboard, server)
     assert again.returncode == 0, again.stderr
+    # Running an analysis on it (issue 42): in the command's process, through the same runner as a worker.
+    ran = _run(analysis, server)
+    assert ran.returncode == 0, ran.stderr
+    assert '"kind": "burst"' in ran.stdout and re.search(
+        r"run burst-\S+ succeeded: 3 results, \d+ series rows", ran.stdout
+    )
     with django_db_blocker.unblock():
         assert Project.objects.get(slug="my-utility").unit_system == "US"
         subprocess.run(

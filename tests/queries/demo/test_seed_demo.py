@@ -24,6 +24,7 @@ from queries.models import (
     ElementGisProperties,
     GisFeature,
     GisLayer,
+    Job,
     Junction,
     LinkBaseline,
     NetworkSource,
@@ -55,6 +56,7 @@ NATURAL_KEYS: dict[type[models.Model], tuple[str, ...]] = {
     NetworkSource: ("project__slug", "version"),
     GisLayer: ("project__slug", "layer_key"),
     PeripheralPoint: ("project__slug", "point_id"),
+    Job: ("project__slug", "kind", "subject"),
 }
 
 
