@@ -111,7 +111,11 @@ class ActionSchema(AutoSchema):
         return params
 
     def get_request_serializer(self) -> Any:
-        return body_schema(self._spec()) if self._spec().effect == "submit" else None
+        """A submit's JSON body, by media type (drf-spectacular reads a dict as media type → schema)."""
+        if self._spec().effect != "submit":
+            return None
+        schema = {k: v for k, v in body_schema(self._spec()).items() if k != "$schema"}  # the document's dialect
+        return {"application/json": schema}
 
     def _get_request_for_media_type(self, serializer: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(serializer, dict):

@@ -244,5 +244,5 @@ def test_the_rest_query_budget_is_the_whole_calls() -> None:
 
     started = time.monotonic()
     with override_settings(TJWATER_MCP_QUERY_BUDGET_S=1), pytest.raises(QueryTimeout):
-        run_read_only(SimpleNamespace(invoke=sleeps), None, {})  # type: ignore[arg-type]
+        run_read_only(SimpleNamespace(plan=sleeps), None, {})  # type: ignore[arg-type]
     assert 0.9 < time.monotonic() - started < 1.4
