@@ -12,7 +12,7 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -24,7 +24,13 @@ from contexts.errors import InvalidParameter
 from contexts.models import Membership, Permission, Project
 from queries.errors import CapabilityGap
 from queries.importer.copy import copy_lines
-from queries.importer.epanet import LINK_SERIES_COLUMNS, NODE_SERIES_COLUMNS, link_series_lines, node_series_lines
+from queries.importer.epanet import (
+    LINK_SERIES_COLUMNS,
+    NODE_SERIES_COLUMNS,
+    link_series_lines,
+    node_series_lines,
+    with_leak_column,
+)
 from queries.jobrunner.runner import JobContext, JobFailed
 from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResult, AnalysisRun, IsolationValve, Job
 from queries.models.jobs import JobStatus
@@ -199,18 +205,14 @@ def _write_series(run: AnalysisRun, outcome: Any, wn: Any, si: dict[str, Any]) -
         # pipe's end nearer to it (the ``leak`` result names the point itself).
         pipe = wn.get_link(si["pipe_id"])
         leak_node = pipe.start_node_name if float(si.get("position", 0.5)) < 0.5 else pipe.end_node_name
-    by_time = {} if leak is None else {(start.timestamp() + float(t)): float(v) for t, v in leak.items()}
-
-    def with_leak() -> Any:
-        for line in node_lines:
-            parts = line.rstrip("\n").split("\t")
-            value = r"\N"
-            if leak_node is not None and parts[2] == leak_node:
-                at = datetime.fromisoformat(parts[3]).timestamp()
-                value = repr(by_time[at]) if at in by_time else r"\N"
-            yield f"{line[:-1]}\t{value}\n"
-
-    rows = copy_lines(AnalysisNodeSeries._meta.db_table, ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"], with_leak())
+    by_time = (
+        {} if leak is None else {(start + timedelta(seconds=int(t))).isoformat(): float(v) for t, v in leak.items()}
+    )
+    rows = copy_lines(
+        AnalysisNodeSeries._meta.db_table,
+        ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"],
+        with_leak_column(node_lines, leak_node, by_time),
+    )
     rows += copy_lines(
         AnalysisLinkSeries._meta.db_table,
         ["run_id", *LINK_SERIES_COLUMNS],

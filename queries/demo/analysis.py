@@ -38,6 +38,7 @@ from queries.importer.epanet import (
     NODE_SERIES_COLUMNS,
     link_series_lines,
     node_series_lines,
+    with_leak_column,
 )
 from queries.models import (
     AnalysisLinkSeries,
@@ -191,15 +192,11 @@ def burst_run(
         (start + timedelta(seconds=int(t))).isoformat(): float(v) for t, v in _window_series(leak, t0, t1).items()
     }
 
-    def with_leak() -> Any:
-        for line in node_lines:
-            parts = line.rstrip("\n").split("\t")
-            if parts[2] == node_id:
-                yield line[:-1] + f"\t{leak_by_time[parts[3]]!r}\n"
-            else:
-                yield line[:-1] + "\t\\N\n"
-
-    copy_lines(AnalysisNodeSeries._meta.db_table, ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"], with_leak())
+    copy_lines(
+        AnalysisNodeSeries._meta.db_table,
+        ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"],
+        with_leak_column(node_lines, node_id, leak_by_time),
+    )
     copy_lines(
         AnalysisLinkSeries._meta.db_table,
         ["run_id", *LINK_SERIES_COLUMNS],

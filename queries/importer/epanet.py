@@ -16,7 +16,7 @@ import logging
 import math
 import re
 import time as _time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -652,6 +652,15 @@ def link_series_lines(
             f_, v_, h_, s_, t_ = fl[i], ve[i], hl[i], st_l[i], se_l[i]
             for k, ts in enumerate(times):
                 yield f"{lead}{ts}\t{f_[k]!r}\t{v_[k]!r}\t{h_[k]!r}\t{s_[k]}\t{t_[k]}\n"
+
+
+def with_leak_column(lines: Iterable[str], node_id: str | None, leak_by_time: Mapping[str, float]) -> Iterator[str]:
+    """``node_series_lines`` with a ``leak_demand`` column: ``leak_by_time`` (ISO time → m³/s) at ``node_id``,
+    NULL elsewhere (an analysis run's node series)."""
+    for line in lines:
+        parts = line.split("\t", 4)
+        value = leak_by_time.get(parts[3]) if node_id is not None and parts[2] == node_id else None
+        yield f"{line[:-1]}\t{value!r}\n" if value is not None else f"{line[:-1]}\t\\N\n"
 
 
 NODE_SERIES_COLUMNS = ["element_type", "element_id", "time", "pressure", "head", "demand", "quality"]
