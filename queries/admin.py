@@ -14,15 +14,18 @@ from typing import Any, ClassVar, cast
 
 from django.contrib import admin, messages
 from django.core.paginator import Paginator
-from django.db import connection
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
+from django.utils.timesince import timesince
 
 from contexts.admin import ReadOnlyAdmin as NoWriteAdmin
+from contexts.models import AccessEvent
 from queries import models as m
 from queries.admin_chart import device_chart_svg
+from queries.admin_run_chart import chart_link, run_chart
 from queries.jobrunner.registry import find_spec
 from queries.jobrunner.runner import NotCancellable, request_cancel
 from queries.units import scada_shown
@@ -243,11 +246,138 @@ class LinkBaselineAdmin(LargeTableAdmin):
     search_fields = ("=element_id",)
 
 
+class RunStatusFilter(admin.SimpleListFilter):
+    """A run's status is its job's (one state machine, issue 42); the demo's seeded runs have no job and
+    keep their own."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(str(value), str(label)) for value, label in m.RunStatus.choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value is None:
+            return queryset
+        return queryset.filter(Q(job__status=value) | Q(job=None, status=value))
+
+
 @admin.register(m.AnalysisRun)
 class AnalysisRunAdmin(ReadOnlyAdmin):
-    list_display = ("run_id", "project", "kind", "status", "created_at", "finished_at", "error_code")
-    list_filter = ("project", "kind", "status")
-    search_fields = ("=run_id", "title")
+    """Analysis runs (issue 42 item 6): kind, status, who, the model version, the estimated CPU seconds
+    against the actual ones, age; read-only. The one action cancels through the job runner's one cancel
+    (as the Jobs list does), audited like ``cancel_analysis_run``. The page of a run charts its series
+    against the model baseline (``queries.admin_run_chart``)."""
+
+    list_display = ("run_id", "project", "kind", "run_status", "who", "model_version_label", "estimate_vs_actual",
+                    "age")  # fmt: skip
+    list_filter = ("kind", RunStatusFilter, "project")
+    search_fields = ("=run_id",)
+    list_select_related = ("project", "job", "principal", "model_version")
+    readonly_fields = ("run_status", "who", "model_version_label", "estimate_vs_actual")
+    actions = ("cancel_runs",)
+    change_form_template = "admin/queries/analysisrun/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[m.AnalysisRun]:
+        # A model version's .inp text (megabytes for a large network) and a job's detail (its canonical
+        # inputs and grant) are never shown here: not read with every row.
+        runs = super().get_queryset(request).select_related(*self.list_select_related)
+        return runs.defer("model_version__inp_text", "job__detail", "job__reject_lines")
+
+    def get_actions(self, request: HttpRequest) -> dict[str, tuple[Callable[..., str], str, str] | None]:
+        # ReadOnlyAdmin drops every bulk action; this one changes no data, it stops queued or running runs.
+        return admin.ModelAdmin.get_actions(self, request)
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("queries.change_job")  # the Jobs list's cancel: the same jobs
+
+    @admin.action(description="Cancel the selected runs (they write nothing)", permissions=["cancel"])
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[m.AnalysisRun]) -> None:
+        """The job runner's one cancel (``request_cancel``), audited as ``analysis_cancelled`` with the
+        operator as actor — the row ``analyses.submit.cancel`` writes for an operator. It is written here,
+        not by calling ``analyses``: nothing imports that app (README "Layout"); the job's own change of
+        state is audited by the kind's ``on_state`` hook, as for every cancel."""
+        actor = f"operator {request.user.get_username()}"
+        for run in queryset.select_related("job").order_by("pk")[:500]:
+            if run.job is None:
+                self.message_user(request, f"Run {run.run_id} was not run by a job (a seeded run): nothing to "
+                                  "cancel.", messages.WARNING)  # fmt: skip
+                continue
+            try:
+                with transaction.atomic():
+                    job = request_cancel(run.job, actor=actor)
+                    AccessEvent.objects.create(
+                        action=AccessEvent.Action.ANALYSIS_CANCELLED,
+                        actor=actor[:300],
+                        project_id=run.project_id,
+                        details={"kind": run.kind, "run_id": run.run_id, "requested": True},
+                    )
+            except NotCancellable:
+                self.message_user(request, f"Run {run.run_id} is {run.job.status}; only a queued or running run "
+                                  "can be cancelled.", messages.WARNING)  # fmt: skip
+            else:
+                said = job.message if job.status == m.JobStatus.CANCELLED else job.status_message
+                self.message_user(request, f"Run {run.run_id}: {said}", messages.SUCCESS)
+
+    @admin.display(description="status", ordering="job__status")
+    def run_status(self, obj: m.AnalysisRun) -> str:
+        status = obj.job.status if obj.job is not None else obj.status
+        return str(m.RunStatus(status).label) if status in m.RunStatus.values else status
+
+    @admin.display(description="who")
+    def who(self, obj: m.AnalysisRun) -> str:
+        # The principal that submitted it; an operator's command has none: its job names the actor.
+        if obj.principal is not None:
+            return str(obj.principal)
+        return obj.job.started_by if obj.job is not None and obj.job.started_by else "—"
+
+    @admin.display(description="model version", ordering="model_version__version")
+    def model_version_label(self, obj: m.AnalysisRun) -> str:
+        version = obj.model_version
+        return "—" if version is None else f"v{version.version} {version.file_name}"
+
+    @admin.display(description="CPU s estimated / actual")
+    def estimate_vs_actual(self, obj: m.AnalysisRun) -> str:
+        """The estimate made before the run was queued against what it cost (issue 42 item 4), and their
+        ratio (actual ÷ estimated: above 1, the estimate was low)."""
+        estimated, actual = _seconds(obj.estimate, "cpu_seconds"), _seconds(obj.cost, "cpu_seconds")
+        if estimated is None and actual is None:
+            return "—"
+        shown = f"{_s(estimated)} / {_s(actual)}"
+        if estimated and actual is not None:
+            shown += f" (×{actual / estimated:.2f})"
+        return shown
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj: m.AnalysisRun) -> str:
+        return timesince(obj.created_at)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: m.AnalysisRun | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            chart = run_chart(obj, request.GET)
+            context["run_chart"] = chart
+            context["run_chart_markup"] = mark_safe(chart.html)  # noqa: S308 - built by run_chart, every text escaped
+            context["run_chart_types"] = [*m.NODE_TYPES, *m.LINK_TYPES]
+            context["run_chart_links"] = [(f"{t} {i}", chart_link((t, i))) for t, i in chart.candidates]
+        return super().render_change_form(request, context, add=add, change=change, form_url=form_url, obj=obj)
+
+
+def _seconds(values: Any, key: str) -> float | None:
+    value = values.get(key) if isinstance(values, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _s(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds:.2f} s"
 
 
 @admin.register(m.AnalysisResult)

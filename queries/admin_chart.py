@@ -27,10 +27,11 @@ WINDOW = timedelta(hours=24)
 MAX_POINTS = 3000
 
 
-def _series(
+def polylines(
     points: list[tuple[datetime, float | None]], x: Callable[[datetime], float], y: Callable[[float], float]
 ) -> list[str]:
-    """SVG polyline point strings, one per unbroken run (a None breaks the line)."""
+    """SVG polyline point strings, one per unbroken run (a None breaks the line); also the run chart's
+    (``queries.admin_run_chart``)."""
     runs: list[str] = []
     current: list[str] = []
     for t, v in points:
@@ -113,7 +114,7 @@ def device_chart_svg(device: ScadaDevice) -> str:
         ("cleaned", cleaned, "#1f77b4", ""),
         ("model baseline", model, "#ff7f0e", ' stroke-dasharray="6 3"'),
     ):
-        for run in _series(data, x, y):
+        for run in polylines(data, x, y):
             parts.append(f'<polyline class="tjw-{label.replace(" ", "-")}" points="{run}" fill="none" '
                          f'stroke="{colour}" stroke-width="1.5"{dash}/>')  # fmt: skip
     unit = escape(unit_label)
