@@ -275,7 +275,9 @@ class AnalysisRunAdmin(ReadOnlyAdmin):
     list_filter = ("kind", RunStatusFilter, "project")
     search_fields = ("=run_id",)
     list_select_related = ("project", "job", "principal", "model_version")
-    readonly_fields = ("run_status", "who", "model_version_label", "estimate_vs_actual")
+    # The page shows the job's status (``run_status``), not the run's mirror of it a second time.
+    exclude = ("status",)
+    readonly_fields = ("run_status", "who", "estimate_vs_actual")
     actions = ("cancel_runs",)
     change_form_template = "admin/queries/analysisrun/change_form.html"
 
@@ -337,7 +339,7 @@ class AnalysisRunAdmin(ReadOnlyAdmin):
         version = obj.model_version
         return "—" if version is None else f"v{version.version} {version.file_name}"
 
-    @admin.display(description="CPU s estimated / actual")
+    @admin.display(description="CPU s est. / actual")
     def estimate_vs_actual(self, obj: m.AnalysisRun) -> str:
         """The estimate made before the run was queued against what it cost (issue 42 item 4), and their
         ratio (actual ÷ estimated: above 1, the estimate was low)."""
