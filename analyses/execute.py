@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from django.db import transaction
 from analyses import audit
 from analyses.kinds import kinds
 from analyses.network import fresh, shared
+from analyses.storage import kept_elements
 from contexts.errors import InvalidParameter
 from contexts.models import Membership, Permission, Project
 from queries.errors import CapabilityGap
@@ -36,8 +36,6 @@ from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResul
 from queries.models.jobs import JobStatus
 from queries.runs.engine import EngineFailure
 
-#: Windows up to this long keep every element's series unless ``elements`` says which (issue 42 item 8).
-FULL_SERIES_HOURS = 48
 #: What to try, by EPANET error code (EPANET 2.2's manual, "Error messages").
 ENGINE_ADVICE = {
     110: "EPANET could not solve the hydraulic equations: a demand may be cut off from every source; "
@@ -162,38 +160,11 @@ def run_analysis_job(ctx: JobContext) -> None:
         ctx.succeed(rows=rows, detail={**job.detail, "cost": cost}, message="Done.")
 
 
-Names = dict[str, Sequence[str]]
-
-
-def _keep(wn: Any, si: dict[str, Any], hours: float) -> tuple[Names, Names] | None:
-    """The elements whose series are stored: ``elements`` when given; every element for a window up to
-    ``FULL_SERIES_HOURS``; none beyond that (the summary and results alone)."""
-    chosen = si.get("elements")
-    if not chosen and hours > FULL_SERIES_HOURS:
-        return None
-    nodes: dict[str, Sequence[str]] = {
-        "junction": list(wn.junction_name_list),
-        "reservoir": list(wn.reservoir_name_list),
-        "tank": list(wn.tank_name_list),
-    }
-    links: dict[str, Sequence[str]] = {
-        "pipe": list(wn.pipe_name_list),
-        "pump": list(wn.pump_name_list),
-        "valve": list(wn.valve_name_list),
-    }
-    if chosen:
-        wanted = set(chosen)
-        nodes = {t: [n for n in names if n in wanted] for t, names in nodes.items()}
-        links = {t: [n for n in names if n in wanted] for t, names in links.items()}
-    return nodes, links
-
-
 def _write_series(run: AnalysisRun, outcome: Any, wn: Any, si: dict[str, Any]) -> int:
     results = outcome.series
     if results is None:
         return 0
-    hours = float(si.get("duration_minutes", 0)) / 60
-    keep = _keep(wn, si, hours)
+    keep = kept_elements(wn, si)  # the rule the submission estimated by (``analyses.storage``)
     if keep is None:
         return 0
     nodes, links = keep

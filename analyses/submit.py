@@ -22,9 +22,10 @@ from django.db import transaction
 from django.db.models import Q
 
 from analyses import audit
-from analyses.errors import ComputeOff, CostLimit
+from analyses.errors import ComputeOff, CostLimit, StorageLimit
 from analyses.kinds import kinds
 from analyses.network import shared
+from analyses.storage import check_storage
 from contexts.errors import InvalidParameter, NotFound, RateLimited
 from contexts.models import Project, ProjectCompute
 from queries.errors import CapabilityGap
@@ -108,7 +109,7 @@ def submit(
     try:
         with transaction.atomic():
             return _submit(project, spec, params, who, request_key, send)
-    except (InvalidParameter, CostLimit, RateLimited, ComputeOff, CapabilityGap) as exc:
+    except (InvalidParameter, CostLimit, StorageLimit, RateLimited, ComputeOff, CapabilityGap) as exc:
         _refuse(project, who, kind, exc)
         raise
 
@@ -140,6 +141,7 @@ def _submit(
         return Submission(earlier, earlier.job, created=False)  # type: ignore[arg-type]
     cost = estimate(spec.shape(si, wn))
     _check_cost(project, compute, cost.cpu_seconds)
+    series_rows = check_storage(project, compute, spec, si, wn)  # the project's series cap (item 8)
     _check_concurrency(project, compute, who)
     now = datetime.now(UTC)
     run_id = f"{spec.name.replace('_', '-')}-{now:%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:6]}"
@@ -165,7 +167,7 @@ def _submit(
         job=job,
         principal_id=who.principal_id,
         request_key=request_key,
-        estimate=cost.as_dict(),
+        estimate={**cost.as_dict(), "series_rows": series_rows},
     )
     hard = int(compute.max_run_seconds)
     soft = min(max(math.ceil(cost.cpu_seconds * LIMIT_FACTOR), MIN_LIMIT_S), max(hard - 5, 1))

@@ -164,7 +164,8 @@ class ProjectAdmin(OnboardingAdmin):
 class ProjectComputeAdmin(ReadOnlyAdmin):
     """Each project's analyses switch and limits (set with the Projects action or ``project_compute``)."""
 
-    list_display = ["project", "enabled", "cpu_seconds_per_day", "max_concurrent", "max_run_seconds", "updated_at"]
+    list_display = ["project", "enabled", "cpu_seconds_per_day", "max_concurrent", "max_run_seconds",
+                    "max_series_rows", "retention_days", "updated_at"]  # fmt: skip
     list_filter = ["enabled"]
     list_select_related = ["project"]
 

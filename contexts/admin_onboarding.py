@@ -58,6 +58,8 @@ class ComputeForm(forms.Form):
     cpu_seconds_per_day = forms.IntegerField(required=False, min_value=1, help_text="CPU seconds of runs per UTC day")
     max_concurrent = forms.IntegerField(required=False, min_value=1, help_text="runs queued or running at once")
     max_run_seconds = forms.IntegerField(required=False, min_value=1, help_text="the hard time limit of one run")
+    max_series_rows = forms.IntegerField(required=False, min_value=0, help_text="series rows of all runs at most")
+    retention_days = forms.IntegerField(required=False, min_value=1, help_text="days a finished run is kept")
 
 
 class RevokeMembershipForm(forms.Form):

@@ -66,6 +66,11 @@ class ProjectCompute(models.Model):
     cpu_seconds_per_day = models.PositiveIntegerField(default=0, help_text="CPU seconds of runs per UTC day")
     max_concurrent = models.PositiveSmallIntegerField(default=0, help_text="runs queued or running at once")
     max_run_seconds = models.PositiveIntegerField(default=600, help_text="the hard time limit of one run")
+    # Bounded storage (issue 42 item 8): the series rows the project's runs may hold together (a submission
+    # that would pass it is refused, ``analyses.storage``), and how long a finished run is kept before the
+    # beat purges it unless evidence refers to it (``analyses.retention``).
+    max_series_rows = models.PositiveBigIntegerField(default=5_000_000, help_text="series rows of all runs at most")
+    retention_days = models.PositiveSmallIntegerField(default=30, help_text="days a finished run is kept")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

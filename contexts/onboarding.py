@@ -121,8 +121,10 @@ def project_set_unit_system(*, slug: str, unit_system: str, actor: Actor) -> Pro
     return project
 
 
-#: What project_compute accepts (issue 42 item 3): a day's CPU seconds, runs at once, one run's seconds.
-COMPUTE_BOUNDS = {"cpu_seconds_per_day": (1, 10_000_000), "max_concurrent": (1, 64), "max_run_seconds": (1, 86_400)}
+#: What project_compute accepts (issue 42 items 3 and 8): a day's CPU seconds, runs at once, one run's
+#: seconds, the series rows of all runs, the days a finished run is kept.
+COMPUTE_BOUNDS = {"cpu_seconds_per_day": (1, 10_000_000), "max_concurrent": (1, 64), "max_run_seconds": (1, 86_400),
+                  "max_series_rows": (0, 2_000_000_000), "retention_days": (1, 3650)}  # fmt: skip
 COMPUTE_FIELDS = ("enabled", *COMPUTE_BOUNDS)
 
 
@@ -141,15 +143,19 @@ def project_compute(
     cpu_seconds_per_day: int | None = None,
     max_concurrent: int | None = None,
     max_run_seconds: int | None = None,
+    max_series_rows: int | None = None,
+    retention_days: int | None = None,
 ) -> dict[str, object]:
-    """Turn a project's analyses on or off and set their limits (what is not given stays). Enabling needs
+    """Turn a project's analyses on or off and set their limits (what is not given stays): CPU, concurrency
+    and time (item 3), the stored-series cap and the retention of finished runs (item 8). Enabling needs
     a day's CPU seconds and a number of concurrent runs (given now or before). Audited with before and
     after; a call that changes nothing writes no audit row. Returns the state after."""
     project = Project.objects.select_for_update().filter(slug=slug).first()
     if project is None:
         raise NotFound(f"No project {slug!r}.")
     given = {"cpu_seconds_per_day": cpu_seconds_per_day, "max_concurrent": max_concurrent,
-             "max_run_seconds": max_run_seconds}  # fmt: skip
+             "max_run_seconds": max_run_seconds, "max_series_rows": max_series_rows,
+             "retention_days": retention_days}  # fmt: skip
     for name, value in given.items():
         low, high = COMPUTE_BOUNDS[name]
         if value is not None and not low <= value <= high:

@@ -56,6 +56,21 @@ class EvidenceSnapshot(models.Model):
     sha256 = models.CharField(max_length=64)
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.SYSTEM)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A read of an analysis run's results (the analysis read tools naming a ``run_id``, R-RUN-6): the run
+    # it read, and what the run computed from (R-RUN-1, issue 42 item 7) — its model version and the
+    # SHA-256 of its canonical inputs; null for every other snapshot and for a run no engine computed (the
+    # demo's). Set by the save's own statement (``evidence.services``), never changed (no UPDATE ever).
+    # DO_NOTHING, with the database's foreign keys (deferred to the commit) as the guard: a transaction
+    # that leaves a snapshot naming a deleted run or model version is refused, so the retention keeps the
+    # runs evidence refers to (``analyses.retention``), while a deletion that takes the snapshot with it
+    # — a project's, or the demo's rebuild deleting its tasks — commits.
+    analysis_run = models.ForeignKey(
+        "queries.AnalysisRun", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    model_version = models.ForeignKey(
+        "queries.NetworkSource", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="+"
+    )
+    input_sha256 = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -52,7 +52,9 @@ from contexts.models import TASK_PURPOSES, ContextPurpose, QueryContext, TaskRun
 from contexts.scope import QueryScope
 from evidence.errors import EvidenceNotSaved, RequestInProgress, RequestKeyRequired, RequestKeyReused
 from evidence.models import EVIDENCE_URI_PREFIX, EvidenceSnapshot, QueryReceipt
+from queries.models import AnalysisRun
 from queries.registry import ToolSpec
+from queries.services.analysis import SOURCE as ANALYSIS_RUNS_SOURCE
 from tjwater import metrics, telemetry
 
 logger = logging.getLogger(__name__)
@@ -225,7 +227,9 @@ RETURNING attempt
 # claim's attempt still holds it, and the snapshot inserted only when the receipt was (its foreign key is
 # checked at the commit, so the receipt may name the snapshot first). The last row says which check
 # failed, if any: no run row / not bound → RunNotCurrent, superseded → RunSuperseded, lease not held →
-# RunNotCurrent, run current but no snapshot → the claim was lost.
+# RunNotCurrent, run current but no snapshot → the claim was lost. A read of an analysis run's results
+# (``analysis_run_read``) links the snapshot to that run of the project, with the run's model version and
+# input hash (R-RUN-1, R-RUN-6), in the same statement: what the reader saw is tied to what it computed from.
 _SAVE_SQL = f"""
 WITH {_run_check(lock=True)}, receipt AS (
     UPDATE {QueryReceipt._meta.db_table}
@@ -236,10 +240,13 @@ WITH {_run_check(lock=True)}, receipt AS (
 ), snapshot AS (
     INSERT INTO {EvidenceSnapshot._meta.db_table}
         (id, project_id, task_id, run_id, principal_id, required_permissions, tool, source, params, data,
-         byte_size, sha256, origin, created_at)
+         byte_size, sha256, origin, created_at, analysis_run_id, model_version_id, input_sha256)
     SELECT %(snapshot)s, %(project)s, %(task)s, %(run)s, %(principal)s, %(permissions)s::varchar(32)[], %(tool)s,
-           %(source)s, %(params)s::jsonb, %(data)s::jsonb, %(size)s, %(sha256)s, 'system', now()
+           %(source)s, %(params)s::jsonb, %(data)s::jsonb, %(size)s, %(sha256)s, 'system', now(),
+           analysis.id, analysis.model_version_id, NULLIF(analysis.input_sha256, '')
     FROM receipt
+    LEFT JOIN {AnalysisRun._meta.db_table} analysis
+        ON analysis.project_id = %(project)s AND analysis.run_id = %(analysis_run)s
     RETURNING id
 )
 SELECT run.bound, run.superseded, run.leased, (SELECT id FROM snapshot)
@@ -288,7 +295,16 @@ def save_params(call: EvidenceCall, body: bytes, snapshot_id: uuid.UUID) -> dict
         "data": body.decode(),  # the RFC 8785 text is JSON: stored as it was hashed
         "size": len(body),
         "sha256": hashlib.sha256(body).hexdigest(),
+        "analysis_run": analysis_run_read(call),
     }
+
+
+def analysis_run_read(call: EvidenceCall) -> str | None:
+    """The analysis run a call read — the ``run_id`` of a tool of the analysis runs' source
+    (``get_analysis_run``, ``list_analysis_results``, ``query_analysis_series``, ``query_analysis_values``)
+    — or None; looked up in the call's own project by the save (a run of another project is never linked)."""
+    run_id = call.params.get("run_id")
+    return run_id if call.source == ANALYSIS_RUNS_SOURCE and isinstance(run_id, str) else None
 
 
 def _require_run(bound: bool | None, superseded: bool | None, leased: bool | None) -> None:

@@ -225,6 +225,12 @@ CELERY_BEAT_SCHEDULE["queries-rolling-baseline"] = {"task": "queries.rolling_bas
 # The job runner's reaper (issue 42): jobs left running by a dead worker, past their limit, or queued for
 # hours end failed with a reason, every minute.
 CELERY_BEAT_SCHEDULE["queries-reap-jobs"] = {"task": "queries.reap_jobs", "schedule": 60.0}
+# Analysis runs past their project's retention (issue 42 item 8), unless evidence refers to them: purged in
+# bounded batches, hourly.
+CELERY_BEAT_SCHEDULE["analyses-purge-expired-runs"] = {
+    "task": "analyses.purge_expired_runs",
+    "schedule": crontab(minute=37),
+}
 
 # --- MCP endpoint (SPEC §2, §3, §12) -------------------------------------------------------------
 TJWATER_MCP_ENABLED = env.bool("TJWATER_MCP_ENABLED", default=False)

@@ -34,8 +34,12 @@ def _audits(world: World) -> list[AccessEvent]:
 def test_off_by_default_and_shown(world: World) -> None:
     assert compute_of(world.alpha) == {
         "enabled": False, "cpu_seconds_per_day": 0, "max_concurrent": 0, "max_run_seconds": 600,
+        "max_series_rows": 5_000_000, "retention_days": 30,
     }  # fmt: skip
-    assert _run("ctx-alpha") == "project ctx-alpha: analyses off, 0 CPU s/day, 0 at once, 600 s per run at most"
+    assert _run("ctx-alpha") == (
+        "project ctx-alpha: analyses off, 0 CPU s/day, 0 at once, 600 s per run at most, "
+        "5000000 series rows at most, finished runs kept 30 days"
+    )
     assert not ProjectCompute.objects.exists() and not _audits(world)  # showing writes nothing
 
 
@@ -47,12 +51,13 @@ def test_enabling_needs_limits_and_is_audited_once(world: World) -> None:
     assert not _audits(world) and not compute_of(world.alpha)["enabled"]
 
     shown = _run("ctx-alpha", "--enable", "--cpu-seconds-per-day", "3600", "--max-concurrent", "2")
-    assert shown == "project ctx-alpha: analyses on, 3600 CPU s/day, 2 at once, 600 s per run at most"
+    assert shown.startswith("project ctx-alpha: analyses on, 3600 CPU s/day, 2 at once, 600 s per run at most")
     _run("ctx-alpha", "--enable", "--cpu-seconds-per-day", "3600")  # nothing changes: no second audit row
     [event] = _audits(world)
     assert event.actor.startswith("command:")
     assert event.details["before"]["enabled"] is False and event.details["after"] == {
         "enabled": True, "cpu_seconds_per_day": 3600, "max_concurrent": 2, "max_run_seconds": 600,
+        "max_series_rows": 5_000_000, "retention_days": 30,
     }  # fmt: skip
 
     assert _run("ctx-alpha", "--disable").startswith("project ctx-alpha: analyses off, 3600 CPU s/day, 2 at once")
@@ -76,6 +81,7 @@ def test_the_admin_action_sets_compute_with_the_operator(world: World) -> None:
     assert done.status_code == 302
     assert compute_of(world.alpha) == {
         "enabled": True, "cpu_seconds_per_day": 900, "max_concurrent": 1, "max_run_seconds": 120,
+        "max_series_rows": 5_000_000, "retention_days": 30,
     }  # fmt: skip
     [event] = _audits(world)
     assert event.actor.startswith("operator:operator-c#")
@@ -96,3 +102,14 @@ def test_a_run_permission_is_never_a_readers_and_implies_no_view() -> None:
     assert "run_simulation" not in tools_for_binding(catalog=catalog, permissions=views, purpose="ordinary_chat")
     every = [p.value for p in Permission]
     assert "run_simulation" not in tools_for_binding(catalog=catalog, permissions=every, purpose="task_reader")
+
+
+def test_the_storage_cap_and_the_retention_are_set_shown_and_bounded(world: World) -> None:
+    shown = _run("ctx-alpha", "--max-series-rows", "1000", "--retention-days", "7")
+    assert shown.endswith("1000 series rows at most, finished runs kept 7 days")
+    [event] = _audits(world)
+    assert event.details["before"]["retention_days"] == 30 and event.details["after"]["max_series_rows"] == 1000
+    row = ProjectCompute.objects.get(project=world.alpha)
+    assert (row.max_series_rows, row.retention_days, row.enabled) == (1000, 7, False)
+    with pytest.raises(CommandError, match=r"--retention-days must be from 1 to 3650, not 0"):
+        _run("ctx-alpha", "--retention-days", "0")
