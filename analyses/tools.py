@@ -15,7 +15,7 @@ from analyses.schemas import RunAccepted, RunAcceptedResult, RunCancelled, RunCa
 from analyses.submit import Submitter, cancel, submit
 from contexts.models import Permission, Project
 from contexts.scope import QueryScope
-from queries.registry import ToolSpec, input_object
+from queries.registry import Follow, ToolSpec, input_object
 from tjwater.registry import TOOLS
 
 SETTING = "TJWATER_MCP_ANALYSIS_TOOLS"
@@ -147,6 +147,8 @@ def analysis_tools() -> list[ToolSpec]:
                 invoke=None,
                 act=_submit_act(kind),
                 effect="submit",
+                # The MCP Tasks face follows the run with the tools agents use (R-RUN-5).
+                follow=Follow(read="get_analysis_run", cancel="cancel_analysis_run"),
                 evidence_allowed=False,
                 summarize=_accepted_summary,
                 rest=REST_PATHS[kind],

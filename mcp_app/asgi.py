@@ -48,6 +48,7 @@ from mcp_app.pool import QueryDatabase, warm_django_connection
 from mcp_app.probe import CancellationProbe, is_service_client
 from mcp_app.sdk import dns_rebinding_settings
 from mcp_app.server import SUPPORTED_VERSIONS, TOKEN_SCOPE_KEY, build_server
+from mcp_app.tasks_extension import TASK_METHOD_SCOPES
 from mcp_app.transport import SingleExchange, read_body
 from tjwater import health, metrics, telemetry
 
@@ -351,7 +352,9 @@ class McpEndpoint:
         auth_started = time.time_ns() if telemetry.enabled() else 0  # the `authenticate` span's start
         try:
             token = await self._authenticate(scope)
-            auth.authorize_method(token, _header(scope, MCP_METHOD_HEADER))
+            method = _header(scope, MCP_METHOD_HEADER)
+            # tasks/* is opened by what opens tools/call (R-RUN-5: authorised like it).
+            auth.authorize_method(token, TASK_METHOD_SCOPES.get(method, method) if method else method)
         except auth.AuthFailure as failure:
             metrics.MCP_HTTP_REFUSALS.labels(failure.status).inc()
             await send(

@@ -64,6 +64,7 @@ from mcp_app.resources import (
     list_evidence_resources,
     read_evidence_resource,
 )
+from mcp_app.task_records import JobTools
 from mcp_app.tenant_slots import EarlySlot, TenantHints
 from queries.arguments import bad_text_path
 from queries.fitting import InlineBudget
@@ -137,6 +138,7 @@ class Dispatcher:
         self.limiter = limiter
         self.db = db
         self.tenants = TenantHints()
+        self.jobs = JobTools(catalog)  # the job-backed tools (MCP tasks: mcp_app.tasks_extension)
 
     async def call_tool(
         self,
@@ -153,7 +155,8 @@ class Dispatcher:
             raise unknown_tool(name)
         args = validate_arguments(entry, arguments)
         if entry.spec.effect != "read":  # starts or stops a job: its own path (mcp_app.actions)
-            return await call_action(self.db, token=token, entry=entry, name=name, args=args)
+            job = self.jobs.offer(entry, meta)  # answered as an MCP task when the client declared them
+            return await call_action(self.db, token=token, entry=entry, name=name, args=args, job=job)
         started = time.monotonic()
         call = _Call()
         outcome = "ok"

@@ -2,7 +2,9 @@
 
 Only tools/list, tools/call, resources/list, resources/templates/list and resources/read are
 registered, so ``server/discover`` reports exactly ``tools`` and ``resources`` (R-PROTO-2; SDK_NOTES
-"Server": the SDK derives capabilities from the handlers, and templates add nothing to them). The verified token is put
+"Server": the SDK derives capabilities from the handlers, and templates add nothing to them), plus under
+``extensions`` client credentials and — where the catalog has a job-backed tool — the MCP Tasks extension
+(``mcp_app.tasks_extension``, R-RUN-5). The verified token is put
 into the ASGI scope by the HTTP layer (``mcp_app.asgi``) and read here from the Starlette request.
 """
 
@@ -19,6 +21,7 @@ from contexts.tokens import VerifiedToken
 from mcp_app.catalog import Catalog
 from mcp_app.dispatch import Dispatcher
 from mcp_app.metrics import Observe
+from mcp_app.tasks_extension import TasksExtension, install
 
 SERVER_NAME = "tjwater-mcp"
 SERVER_VERSION = "0.1.0"
@@ -116,6 +119,9 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
     )
     # R-AUTH-4: service identities may use client_credentials.
     server.extensions = {CLIENT_CREDENTIALS_EXTENSION: {}}
+    # R-RUN-5: where the catalog has a job-backed tool, its job is also an MCP task (SEP-2663) for clients
+    # that declare the extension: tasks/get, tasks/update, tasks/cancel, advertised in capabilities.
+    task_methods = install(server, TasksExtension(dispatcher, token_of=request_token)) if dispatcher.jobs else []
 
     async def discover(ctx: ServerRequestContext[Any, Any], params: types.RequestParams | None) -> types.DiscoverResult:
         return types.DiscoverResult(
@@ -130,5 +136,5 @@ def build_server(catalog: Catalog, dispatcher: Dispatcher) -> Server[Any]:
     # Instead of the SDK's default OpenTelemetry middleware (it spans every request with the global
     # tracer even when nothing exports, and labels by the client's tool name): metrics always, our own
     # span when tracing is on (mcp_app.metrics, tjwater.telemetry).
-    server.middleware = [Observe(methods=[*METHODS, "server/discover"], tools=catalog.entries)]
+    server.middleware = [Observe(methods=[*METHODS, "server/discover", *task_methods], tools=catalog.entries)]
     return server

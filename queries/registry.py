@@ -57,6 +57,17 @@ class ToolLimits:
 
 
 @dataclass(frozen=True)
+class Follow:
+    """How another face of a submit tool's job follows it (the MCP Tasks face, ``mcp_app.tasks_extension``):
+    ``read`` is the read tool that renders the job's run (its final result), ``cancel`` the action tool that
+    stops it. Both are tools of this registry, called with the fields of the submit's answer (``data``)
+    their input schemas require besides ``context_handle``."""
+
+    read: str
+    cancel: str
+
+
+@dataclass(frozen=True)
 class ToolSpec:
     """One tool: everything the catalog, dispatch and the catalog check need to know about it."""
 
@@ -98,6 +109,8 @@ class ToolSpec:
     #: which needs the ``mcp.analysis.run`` scope too, saves no evidence and is not read-only.
     effect: str = "read"
     act: Act | None = None
+    #: A submit tool whose job other faces can follow (``Follow``); None: it is answered only as a job.
+    follow: Follow | None = None
 
     def plan(self, scope: QueryScope, arguments: Mapping[str, Any]) -> Plan[BaseModel]:
         """The read tool's plan for one call (an action tool has none: it ``act``s)."""
@@ -120,6 +133,8 @@ class ToolSpec:
             raise ImproperlyConfigured(f"tool {self.name}: effect is one of {', '.join(EFFECTS)}")
         if (self.effect == "read") != (self.invoke is not None) or (self.effect == "read") == (self.act is not None):
             raise ImproperlyConfigured(f"tool {self.name}: a read tool has invoke, an action tool act (not both)")
+        if self.follow is not None and self.effect != "submit":
+            raise ImproperlyConfigured(f"tool {self.name}: only a submit tool's job is followed")
         if self.effect != "read" and self.evidence_allowed:
             raise ImproperlyConfigured(f"tool {self.name}: an action tool saves no evidence (its run is audited)")
         # The one place results are put into the project's unit system on the way out (R-ONB-3): every
