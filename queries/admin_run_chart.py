@@ -178,7 +178,7 @@ def chart_link(element: Element, field: str = "") -> str:
 
 def run_chart(run: AnalysisRun, params: Mapping[str, str]) -> RunChart:
     """The chart of ``run`` for the page's query ``params`` (``element``, ``element_type``, ``field``); see
-    the module docstring. At most six bounded queries."""
+    the module docstring. At most seven bounded queries (no more for a longer run)."""
     status = run.job.status if run.job is not None else run.status
     candidates = _with_series(run, _result_elements(run))
     asked = str(params.get("element", "")).strip()[:64]

@@ -30,6 +30,10 @@ CHANGELIST = "admin:queries_analysisrun_changelist"
 #: the filtered and the total count, the page (runs with their project, job, principal and model version)
 #: — pinned (N+1 is a bug).
 LIST_QUERIES = 6
+#: A run's page: session, user, the run (with its project, job, principal and model version), and the
+#: chart's own — the results' elements, which of them have series (nodes, links), the series, the baseline
+#: — and the run's content type (the page's History link; cached per process after the first page).
+RUN_PAGE_QUERIES = 9
 
 pytestmark = pytest.mark.django_db
 
@@ -146,12 +150,13 @@ def test_an_operator_cancels_a_queued_run_and_it_is_audited(
 
 
 def test_a_runs_page_charts_the_most_affected_node_against_the_baseline(
-    operator: Client, utility: Project, alice: Submitter
+    operator: Client, utility: Project, alice: Submitter, django_assert_max_num_queries: object
 ) -> None:
     run = burst(utility, alice)
     affected = AnalysisResult.objects.get(run=run, result_type="affected_nodes")
     most = affected.payload["nodes"][0]["node_id"]
-    page = run_page(operator, run)
+    with django_assert_max_num_queries(RUN_PAGE_QUERIES):  # type: ignore[operator]
+        page = run_page(operator, run)
     svg = chart_of(page)
     assert f"junction {most}: pressure (m)" in svg and run.run_id in svg
     assert svg.count('class="tjw-run"') == 1 and svg.count('class="tjw-model-baseline"') == 1
