@@ -123,6 +123,18 @@ def world(
                 catalog=catalog,
                 task_scoped=task_scoped,
             ).handle
+        # alice's second context of the project (a run outlives a 10-minute context: any live one follows it).
+        alice_token = tokens.verified_token(
+            subject("alice"), client=CLIENT, scopes=RUN_SCOPES.split(), issuer=settings.TJWATER_DEV_ISSUER_ID
+        )
+        handles["alice-2"] = context_create(
+            token=alice_token,
+            project_slug=SLUG,
+            session_id="tasks-alice-2",
+            purpose="ordinary_chat",
+            catalog=catalog,
+            task_scoped=task_scoped,
+        ).handle
         # erin also runs an investigation whose execution request approved simulation.run.
         erin = Principal.objects.get(issuer=settings.TJWATER_DEV_ISSUER_ID, subject=subject("erin"))
         task = Task.objects.create(project=project, title="tasks investigation", status=Task.Status.IN_PROGRESS)
@@ -263,7 +275,7 @@ def test_tasks_cancel_cancels_the_run_and_only_its_owner_reaches_it(
 
 
 def test_a_declaring_client_follows_the_task_to_the_inlined_result(
-    server: ServerProcess, worker: None, world: dict[str, Any]
+    server: ServerProcess, worker: None, world: dict[str, Any], django_db_blocker: Any
 ) -> None:
     handles = world["handles"]
     task_id = assert_created_task(run_burst(server, "alice", handles["alice"], declare=True))
@@ -303,5 +315,12 @@ def test_a_declaring_client_follows_the_task_to_the_inlined_result(
     # A finished run cannot be cancelled any more: tasks/cancel still acknowledges, the task stays completed.
     status, ack = task_request(server, "alice", "tasks/cancel", task_id, handles["alice"])
     assert status == 200 and ack["result"]["resultType"] == "complete"
-    _, again = task_request(server, "alice", "tasks/get", task_id, handles["alice"])
-    assert again["result"]["status"] == "completed"
+    _, again = task_request(server, "alice", "tasks/get", task_id, handles["alice-2"])
+    assert again["result"]["status"] == "completed" and again["result"]["result"] == result | {
+        "structuredContent": again["result"]["result"]["structuredContent"]
+    }
+    # Past its ttl the task is gone: the answer of an unknown id.
+    with django_db_blocker.unblock():
+        McpTask.objects.filter(key=task_key(task_id)).update(expires_at=timezone.now() - timedelta(seconds=1))
+    _, expired = task_request(server, "alice", "tasks/get", task_id, handles["alice"])
+    assert expired["error"] == NOT_FOUND
