@@ -13,6 +13,7 @@ follow tools need are copied by name from their input schemas, and its ``poll_af
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from contexts.models import ContextPurpose
 from contexts.scope import QueryScope
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.models import McpTask
+
+logger = logging.getLogger("tjwater.mcp")
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 #: How long a task is kept (``ttlMs``): the retention of a finished run (30 days), as no setting names one.
@@ -61,8 +64,10 @@ class JobTools:
             if follow is None:
                 continue
             read, cancel = catalog.get(follow.read), catalog.get(follow.cancel)
-            if read is None or cancel is None:
-                continue  # a follow tool left out of this deployment's catalog: answered as a job only
+            if read is None or cancel is None or read.spec.effect != "read" or cancel.spec.effect != "cancel":
+                # e.g. a follow tool left out of this deployment's catalog: the tool is answered as a job only.
+                logger.warning("tool %s is not job-backed: its follow tools are not a read and a cancel here", name)
+                continue
             keys = tuple(sorted(_required(read) | _required(cancel)))
             self.by_tool[name] = JobTool(read=read, cancel=cancel, keys=keys)
 

@@ -114,3 +114,28 @@ def test_ttl_is_milliseconds_from_creation() -> None:
 
     start = datetime(2026, 4, 1, tzinfo=UTC)
     assert ttl_ms(start, start + timedelta(days=30)) == 30 * 86_400_000
+
+
+def test_the_run_tools_are_job_backed_only_with_their_follow_tools_in_the_catalog() -> None:
+    from django.test import override_settings
+
+    from mcp_app.catalog import Catalog
+    from mcp_app.task_records import JobTools
+    from queries.registry import all_tools
+
+    declared = {CAPS: {"extensions": {TASKS_EXTENSION: {}}}}
+    with override_settings(TJWATER_MCP_ANALYSIS_TOOLS=True):
+        catalog = Catalog(all_tools())
+        jobs = JobTools(catalog)
+        burst = catalog.get("run_burst_analysis")
+        assert burst is not None and {"run_burst_analysis", "run_valve_isolation_analysis"} <= set(jobs.by_tool)
+        job = jobs.offer(burst, declared)
+        assert job is not None and job.keys == ("run_id",)
+        assert (job.read.spec.name, job.cancel.spec.name) == ("get_analysis_run", "cancel_analysis_run")
+        assert jobs.offer(burst, {CAPS: {}}) is None
+        cancel = catalog.get("cancel_analysis_run")
+        assert cancel is not None and jobs.offer(cancel, declared) is None  # only a submit has a job to follow
+        exposed = [t.name for t in all_tools() if t.name != "get_analysis_run"]
+        with override_settings(TJWATER_MCP_EXPOSED_TOOLS=exposed):
+            assert not JobTools(Catalog(all_tools()))  # no read tool to follow with: answered as jobs only
+    assert not JobTools(Catalog(all_tools()))  # analysis tools off: nothing is job-backed, nothing advertised
