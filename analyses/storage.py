@@ -12,8 +12,8 @@ cap (``ProjectCompute.max_series_rows``) with ``StorageLimit`` before anything i
 stores is counted without scanning the series tables: a succeeded run's own count of the rows it wrote
 (``cost.series_rows``, written in the transaction that wrote them), a queued or running run's estimate
 (``estimate.series_rows``: two submissions cannot both take the last of the cap; the caller holds the
-project's compute row locked), nothing for a failed or cancelled run (it wrote nothing), and for the
-demo's seeded runs, which no job wrote and which record no count, their rows counted.
+project's compute row locked), nothing for a failed or cancelled run (it wrote nothing), and for a run no
+job wrote (the demo's seeded runs) its recorded count if it has one, else its rows counted.
 """
 
 from __future__ import annotations
@@ -79,18 +79,22 @@ def series_rows(spec: AnalysisKind, si: Mapping[str, Any], wn: WaterNetworkModel
 _ACTIVE = [JobStatus.QUEUED.value, JobStatus.RUNNING.value]
 
 # One pass over the project's runs (``analysisrun_recent`` index), no series scanned: see the module
-# docstring for what each run counts.
+# docstring for what each run counts. A run without a job that recorded its count counts by it too.
 _RECORDED_SQL = f"""
 SELECT COALESCE(SUM(CASE
-    WHEN status = ANY(%(active)s) THEN COALESCE((estimate ->> 'series_rows')::bigint, 0)
+    WHEN job_id IS NOT NULL AND status = ANY(%(active)s) THEN COALESCE((estimate ->> 'series_rows')::bigint, 0)
     WHEN status = '{JobStatus.SUCCEEDED.value}' THEN COALESCE((cost ->> 'series_rows')::bigint, 0)
     ELSE 0 END), 0)
 FROM {AnalysisRun._meta.db_table}
-WHERE project_id = %(project)s AND job_id IS NOT NULL
+WHERE project_id = %(project)s AND (job_id IS NOT NULL OR cost ->> 'series_rows' IS NOT NULL)
 """
+# The rest — the demo's seeded runs, written without a job or a count — have their rows counted (a scan of
+# the series index for those runs only: nothing to scan in a project without such runs).
 _UNRECORDED_SQL = """
 SELECT count(*) FROM {table}
-WHERE run_id IN (SELECT id FROM {runs} WHERE project_id = %(project)s AND job_id IS NULL)
+WHERE run_id IN (
+    SELECT id FROM {runs} WHERE project_id = %(project)s AND job_id IS NULL AND cost ->> 'series_rows' IS NULL
+)
 """
 
 

@@ -9,11 +9,13 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from analyses.retention import purge_expired_runs
 from analyses.submit import Submitter, submit
+from analyses.tasks import purge_expired_runs_task
 from contexts.models import Project, ProjectCompute
 from evidence.models import EvidenceSnapshot
 from queries.jobrunner.runner import run_now
@@ -126,3 +128,11 @@ def test_the_database_refuses_deleting_a_run_evidence_names(net3: Project, alice
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the check a commit makes, made now
         AnalysisRun.objects.filter(pk=run.pk).delete()
+
+
+def test_the_beat_runs_the_same_purge_hourly(net3: Project, alice: Submitter) -> None:
+    entry = settings.CELERY_BEAT_SCHEDULE["analyses-purge-expired-runs"]
+    assert entry["task"] == purge_expired_runs_task.name == "analyses.purge_expired_runs"
+    run = finished_run(net3, alice, 1, age_days=31)
+    assert purge_expired_runs_task() == {"dry_run": False, "runs": 1, "series_rows": run.cost["series_rows"],
+                                         "results": 3, "jobs": 1, "batches": 1}  # fmt: skip

@@ -89,3 +89,14 @@ def test_a_failed_run_holds_no_storage(net3: Project, alice: Submitter) -> None:
     assert stored_series_rows(net3) == 0
     second = {**BURST, "start": "2026-04-01T09:00:00Z"}
     assert submit(project=net3, kind="burst", params=second, who=alice, send=False).created
+
+
+def test_runs_without_a_job_count_their_rows(net3: Project, alice: Submitter) -> None:
+    """The demo's seeded runs have no job and no recorded count: their rows are counted."""
+    done = submit(project=net3, kind="burst", params=BURST, who=alice, send=False)
+    run_now(done.job)
+    rows = stored(AnalysisRun.objects.get(pk=done.run.pk))
+    AnalysisRun.objects.filter(pk=done.run.pk).update(job=None, cost={})
+    assert stored_series_rows(net3) == rows
+    AnalysisRun.objects.filter(pk=done.run.pk).update(cost={"series_rows": rows})  # recorded: counted by it
+    assert stored_series_rows(net3) == rows
