@@ -255,6 +255,11 @@ def test_tasks_cancel_cancels_the_run_and_only_its_owner_reaches_it(
     # A token that cannot call tools cannot reach tasks either (HTTP 403, like tools/call).
     status, _ = task_request(server, "carol", "tasks/get", task_id, handles["carol"], scopes="mcp.catalog.read")
     assert status == 403
+    # Cancelling is the cancel tool's: a token without the run scope may read the task, not cancel it.
+    status, refused = task_request(server, "carol", "tasks/cancel", task_id, handles["carol"], scopes="mcp.query")
+    assert status == 400 and refused["error"]["message"] == "Unknown tool: cancel_analysis_run", refused
+    _, still = task_request(server, "carol", "tasks/get", task_id, handles["carol"], scopes="mcp.query")
+    assert still["result"]["status"] == "working" and still["result"]["statusMessage"] == "queued", still
     status, ack = task_request(server, "carol", "tasks/cancel", task_id, handles["carol"])
     assert status == 200 and ack["result"]["resultType"] == "complete", ack
     assert set(ack["result"]) <= {"resultType", "_meta"}
