@@ -136,3 +136,16 @@ def test_the_beat_runs_the_same_purge_hourly(net3: Project, alice: Submitter) ->
     run = finished_run(net3, alice, 1, age_days=31)
     assert purge_expired_runs_task() == {"dry_run": False, "runs": 1, "series_rows": run.cost["series_rows"],
                                          "results": 3, "jobs": 1, "batches": 1}  # fmt: skip
+
+
+def test_a_deletion_that_takes_the_evidence_with_it_commits(net3: Project, alice: Submitter) -> None:
+    """As the demo's rebuild does: its runs first, then its tasks and with them their evidence, in one
+    transaction — the deferred foreign key is checked once both are gone."""
+    run = finished_run(net3, alice, 1, age_days=1)
+    snapshot = evidence_of(run)
+    with transaction.atomic():
+        AnalysisRun.objects.filter(pk=run.pk).delete()
+        snapshot.task.delete()
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the commit's check, made now: nothing is left
+    assert not exists(run) and not EvidenceSnapshot.objects.filter(pk=snapshot.pk).exists()
