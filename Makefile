@@ -51,3 +51,10 @@ bench-baseline:
 # statements and Redis commands per call, query connections per worker. Figures: var/bench/workers.json.
 bench-workers: setup
 	.venv/bin/python scripts/bench_workers.py $(BENCH_WORKERS_ARGS)
+
+.PHONY: bench-analysis
+# The analyses on Net6 against the engine's floor (issue 42): end to end per kind, run_* latency, estimate
+# against actual, 20 bursts on 2 worker processes; its own database and Redis index, server and worker as
+# subprocesses. Figures: var/bench/analysis.json.
+bench-analysis:
+	.venv/bin/python scripts/bench_analysis.py $(BENCH_ANALYSIS_ARGS)
