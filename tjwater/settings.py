@@ -301,6 +301,9 @@ TJWATER_MCP_TEST_TOOLS = False
 # The analysis tools (run_* and cancel_analysis_run, issue 42) join the generic catalog only when the
 # deployment turns them on (seed 000: off by default); `make run`'s demo does.
 TJWATER_MCP_ANALYSIS_TOOLS = env.bool("TJWATER_MCP_ANALYSIS_TOOLS", default=False)
+# How much an analysis run may grow its worker's address space (MiB; RLIMIT_AS while it runs): past it the
+# run ends MEMORY_LIMIT with nothing written. 0 = no limit.
+TJWATER_ANALYSIS_MEMORY_LIMIT_MB = env.int("TJWATER_ANALYSIS_MEMORY_LIMIT_MB", default=2048)
 
 # --- Operations: metrics, traces, log format (issue 24; README "Operations") ----------------------
 # /metrics answers only `Authorization: Bearer <this>`; empty = /metrics does not exist (404).

@@ -26,7 +26,9 @@ class JobKindSpec:
     function that runs it (``fn(ctx: JobContext) -> None``, or empty for a kind that is only recorded,
     such as a synchronous import), the Celery queue it goes to, its default soft and hard time limits (s)
     and an optional ``on_state`` hook (dotted path, ``fn(job, status) -> None``) called in the same
-    transaction as each change of state (an analysis run mirrors its job's status)."""
+    transaction as each change of state (an analysis run mirrors its job's status). ``memory_limit_mb``:
+    how much the worker's address space may grow while a job runs (``queries.jobrunner.memory``; None:
+    unlimited); past it the job ends ``MEMORY_LIMIT``."""
 
     name: str
     label: str
@@ -35,6 +37,7 @@ class JobKindSpec:
     soft_limit_s: int = 3600
     hard_limit_s: int = 3900
     on_state: str = ""
+    memory_limit_mb: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > KIND_MAX_LENGTH:

@@ -28,7 +28,8 @@ from billiard.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 
-from queries.jobrunner.registry import kind_spec
+from queries.jobrunner.memory import memory_allowance
+from queries.jobrunner.registry import find_spec, kind_spec
 from queries.models.jobs import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -217,7 +218,9 @@ def run_job(job_id: int) -> dict[str, Any]:
     ctx = JobContext(job)
     outcome: dict[str, Any]
     try:
-        kind_spec(job.kind).runner()(ctx)
+        spec = kind_spec(job.kind)
+        with memory_allowance(spec.memory_limit_mb):
+            spec.runner()(ctx)
         if not ctx.done:
             ctx.succeed()
         outcome = {"status": JobStatus.SUCCEEDED}
@@ -231,7 +234,9 @@ def run_job(job_id: int) -> dict[str, Any]:
         _fail(job, "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s or '?'} s) and was stopped")
         outcome = {"status": JobStatus.FAILED, "code": "TIME_LIMIT"}
     except MemoryError:
-        _fail(job, "MEMORY_LIMIT", "The job ran out of the memory it may use and was stopped")
+        allowed = find_spec(job.kind)
+        limit = f" ({allowed.memory_limit_mb} MiB)" if allowed is not None and allowed.memory_limit_mb else ""
+        _fail(job, "MEMORY_LIMIT", f"The job ran out of the memory it may use{limit} and was stopped")
         outcome = {"status": JobStatus.FAILED, "code": "MEMORY_LIMIT"}
     except Exception:
         logger.exception("job %s (%s) stopped on an internal error", job.pk, job.kind)

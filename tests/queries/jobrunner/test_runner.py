@@ -51,7 +51,12 @@ def kind_cancels_itself(ctx: JobContext) -> None:
     CALLS.append("ran on")  # never reached: the cancel key stops it at once
 
 
+def kind_allocates(ctx: JobContext) -> None:
+    CALLS.append(bytearray(400 * 1024 * 1024))  # 400 MiB: past the kind's 64 MiB allowance
+
+
 for spec in (
+    JobKindSpec(name="test_memory", label="Test memory", run=f"{HERE}.kind_allocates", memory_limit_mb=64),
     JobKindSpec(name="test_ok", label="Test kind", run=f"{HERE}.kind_ok"),
     JobKindSpec(name="test_fails", label="Test failure", run=f"{HERE}.kind_fails"),
     JobKindSpec(name="test_breaks", label="Test fault", run=f"{HERE}.kind_breaks"),
@@ -172,3 +177,18 @@ def test_kinds_are_checked_in_python_not_by_the_database(job_of) -> None:  # typ
         register(JobKindSpec(name="test_ok", label="Another"))
     assert kind_spec("baseline").queue == "celery"
     assert job_of("leakage_identification").kind == "leakage_identification"  # 22 characters: fits now
+
+
+def test_a_job_past_its_memory_allowance_ends_memory_limit_and_the_limit_is_lifted(
+    job_of, test_redis: redis.Redis
+) -> None:  # type: ignore[no-untyped-def]
+    # A real RLIMIT_AS on this process while the job runs: the 400 MiB allocation fails inside the job.
+    import resource
+
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    job = job_of("test_memory")
+    assert run_job(job.pk) == {"status": "failed", "code": "MEMORY_LIMIT"}
+    job.refresh_from_db()
+    assert job.error_code == "MEMORY_LIMIT" and "64 MiB" in job.message and "nothing was written" in job.message
+    assert resource.getrlimit(resource.RLIMIT_AS) == before
+    assert len(bytearray(400 * 1024 * 1024)) == 400 * 1024 * 1024  # lifted once the job ended
