@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from contexts.errors import ApplicationError
+from contexts.errors import ApplicationError, InvalidParameter
 
 
 class CostLimit(ApplicationError):
@@ -28,3 +28,11 @@ class StorageLimit(ApplicationError):
     code = "STORAGE_LIMIT"
     http_status = 422
     retryable = False
+
+
+class InvalidArgument(InvalidParameter):
+    """A submission's argument is wrong (an unknown id, a value out of range, a time outside the window):
+    the message and ``details["field"]`` name it; nothing is queued. Issue 42 names this code for the
+    analyses; it is an ``InvalidParameter`` to every edge (400, not retryable)."""
+
+    code = "INVALID_ARGUMENT"

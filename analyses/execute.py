@@ -36,6 +36,8 @@ from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResul
 from queries.models.jobs import JobStatus
 from queries.runs.engine import EngineFailure
 
+#: EPANET's "insufficient memory": under the job's memory limit, the run's MEMORY_LIMIT.
+EPANET_OUT_OF_MEMORY = 101
 #: What to try, by EPANET error code (EPANET 2.2's manual, "Error messages").
 ENGINE_ADVICE = {
     110: "EPANET could not solve the hydraulic equations: a demand may be cut off from every source; "
@@ -126,13 +128,15 @@ def run_analysis_job(ctx: JobContext) -> None:
     try:
         outcome = spec.compute(wn, si, project=project, progress=progress, unit_system=unit_system, valves=valves)
     except EngineFailure as exc:
+        if exc.code == EPANET_OUT_OF_MEMORY:  # EPANET's malloc failed under the job's memory limit
+            raise MemoryError from None
         advice = ENGINE_ADVICE.get(exc.code or -1, "EPANET refused the scenario; try fewer changes")
         raise JobFailed(
             f"EPANET_{exc.code if exc.code is not None else 'UNKNOWN'}",
             f"EPANET error {exc.code}: {advice}. Nothing was written.",
         ) from None
     except InvalidParameter as exc:
-        raise JobFailed("INVALID_PARAMETER", f"{exc.message} Nothing was written.") from None
+        raise JobFailed(exc.code, f"{exc.message} Nothing was written.") from None
     ctx.stop_if_asked()
     if not _grant_holds(job.detail.get("grant", {}), project.pk):
         raise JobFailed(
@@ -148,16 +152,22 @@ def run_analysis_job(ctx: JobContext) -> None:
         "peak_rss_mb": round(usage.ru_maxrss / 1024, 1),
     }
     with transaction.atomic():
-        AnalysisResult.objects.bulk_create(
-            AnalysisResult(
-                run=run, sequence=i, result_type=row.result_type, payload=row.payload, element_refs=row.element_refs
-            )
-            for i, row in enumerate(outcome.results, start=1)
-        )
-        rows = _write_series(run, outcome, shared(version), si)
+        rows = write_outcome(run, outcome, shared(version), si)
         cost["series_rows"] = rows
         AnalysisRun.objects.filter(pk=run.pk).update(summary=outcome.summary, cost=cost)
         ctx.succeed(rows=rows, detail={**job.detail, "cost": cost}, message="Done.")
+
+
+def write_outcome(run: AnalysisRun, outcome: Any, wn: Any, si: dict[str, Any]) -> int:
+    """Write ``outcome``'s results and its series (COPY) for ``run``; the series rows written. The caller
+    holds the transaction (a job: with its success; the demo seeder: its own)."""
+    AnalysisResult.objects.bulk_create(
+        AnalysisResult(
+            run=run, sequence=i, result_type=row.result_type, payload=row.payload, element_refs=row.element_refs
+        )
+        for i, row in enumerate(outcome.results, start=1)
+    )
+    return _write_series(run, outcome, wn, si)
 
 
 def _write_series(run: AnalysisRun, outcome: Any, wn: Any, si: dict[str, Any]) -> int:

@@ -4,27 +4,28 @@ by design: nothing here imports the engine."""
 
 from __future__ import annotations
 
-from analyses.kinds import KIND_NAMES
+from analyses.kinds import KIND_NAMES, LABELS
 from queries.jobrunner.registry import JobKindSpec, register
 
 #: The Celery queue of analysis runs (``make run`` starts a worker for it; the README says how elsewhere).
 QUEUE = "analysis"
-#: The job kinds' labels (admin, commands).
-KIND_LABELS = {"burst": "Burst analysis", "valve_isolation": "Valve isolation analysis",
-               "flushing": "Flushing analysis", "contaminant": "Contaminant simulation"}  # fmt: skip
 
 
 def register_job_kinds() -> None:
+    from django.conf import settings
+
+    memory_mb = int(getattr(settings, "TJWATER_ANALYSIS_MEMORY_LIMIT_MB", 2048)) or None
     for name in KIND_NAMES:
         register(
             JobKindSpec(
                 name=name,
-                label=KIND_LABELS[name],
+                label=LABELS[name],
                 run="analyses.execute.run_analysis_job",
                 queue=QUEUE,
                 soft_limit_s=570,
                 hard_limit_s=600,
                 on_state="analyses.execute.mirror_state",
+                memory_limit_mb=memory_mb,
             )
         )
 

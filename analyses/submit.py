@@ -133,7 +133,7 @@ def _submit(
     if spec.name == "valve_isolation":
         valve_layer(project)  # no valve layer: CAPABILITY_NOT_AVAILABLE naming it, never invented valves
     wn = shared(version)
-    si = spec.validate(params, wn=wn, unit_system=project.unit_system)
+    si = spec.validate(params, wn=wn, unit_system=project.unit_system, project=project)
     engine = engine_version()
     digest = input_sha256(kind=spec.name, parameters=si, model_sha256=version.sha256, engine=engine)
     earlier = _same_question(project, spec.name, who, digest, version, request_key)

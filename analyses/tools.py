@@ -21,24 +21,6 @@ from tjwater.registry import TOOLS
 SETTING = "TJWATER_MCP_ANALYSIS_TOOLS"
 SOURCE = "analysis_runs"
 RUN = Permission.SIMULATION_RUN.value
-#: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
-EXAMPLES: dict[str, dict[str, Any]] = {
-    "burst": {"pipe_id": "LINK-1523", "start": "2026-11-01T08:00:00Z", "duration_minutes": 120, "leak_flow": 0.01},
-    "valve_isolation": {"pipe_ids": ["LINK-1523"]},
-    "flushing": {
-        "hydrant_node_ids": ["JUNCTION-10"],
-        "flow": 0.03,
-        "start": "2026-11-01T09:00:00Z",
-        "duration_minutes": 60,
-    },
-    "contaminant": {
-        "injection_node_ids": ["JUNCTION-10"],
-        "start": "2026-11-01T06:00:00Z",
-        "injection_minutes": 30,
-        "concentration": 10.0,
-        "duration_minutes": 360,
-    },
-}
 RUN_ID = {
     "type": "string",
     "minLength": 1,
@@ -103,20 +85,27 @@ def _cancel_summary(result: RunCancelledResult) -> str:
     return f"Run {result.data.run_id}: {result.data.status}. {result.data.status_message}"
 
 
+def _both_units(si: Any, us: Any) -> Any:
+    """``si`` with each ``x-unit`` (at any depth: a list's items, an object's properties) turned into a
+    description naming the SI and the US unit, ``us`` being the same schema in US units."""
+    if isinstance(si, list):
+        return [_both_units(a, b) for a, b in zip(si, us, strict=True)]
+    if not isinstance(si, dict):
+        return si
+    out = {key: _both_units(value, us[key]) for key, value in si.items() if key != "x-unit"}
+    if "x-unit" in si:
+        said = str(si.get("description", "")).removesuffix(f" In {si['x-unit']}.")
+        out["description"] = (
+            f"{said} In the project's units: {si['x-unit']} in an SI project, "
+            f"{us['x-unit']} in a US one (get_project says which)."
+        ).strip()
+    return out
+
+
 def _tool_schema(kind: str) -> dict[str, Any]:
     """The kind's input schema as a tool's: the context handle added, the units named for both systems."""
     si, us = kinds()[kind].input_schema("SI"), kinds()[kind].input_schema("US")
-    properties: dict[str, Any] = {}
-    for name, prop in si["properties"].items():
-        prop = dict(prop)
-        us_unit = us["properties"][name].get("x-unit")
-        if "x-unit" in prop:
-            prop["description"] = (
-                f"{prop.get('description', '')} In the project's units: {prop.pop('x-unit')} "
-                f"in an SI project, {us_unit} in a US one (get_project says which)."
-            ).strip()
-        properties[name] = prop
-    schema = input_object(properties, list(si.get("required", [])))
+    schema = input_object(_both_units(si, us)["properties"], list(si.get("required", [])))
     for key in ("oneOf", "anyOf", "allOf", "dependentRequired", "not"):
         if key in si:
             schema[key] = si[key]
@@ -152,7 +141,7 @@ def analysis_tools() -> list[ToolSpec]:
                 evidence_allowed=False,
                 summarize=_accepted_summary,
                 rest=REST_PATHS[kind],
-                examples=(EXAMPLES[kind],),
+                examples=(spec.example,),
             )
         )
     specs.append(

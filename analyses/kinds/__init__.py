@@ -15,18 +15,28 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from analyses.kinds.base import AnalysisKind
 
-__all__ = ["KINDS", "KIND_NAMES", "REST_PATHS", "TOOL_NAMES", "kinds"]
+__all__ = ["KINDS", "KIND_NAMES", "LABELS", "REST_PATHS", "TOOL_NAMES", "kinds"]
 
-KIND_NAMES = ("burst", "valve_isolation", "flushing", "contaminant")
+KIND_NAMES = ("simulation", "burst", "valve_isolation", "flushing", "contaminant")
 #: The MCP tool that submits each kind.
 TOOL_NAMES: dict[str, str] = {
+    "simulation": "run_simulation",
     "burst": "run_burst_analysis",
     "valve_isolation": "run_valve_isolation_analysis",
     "flushing": "run_flushing_analysis",
     "contaminant": "run_contaminant_simulation",
 }
+#: Each kind's label (its job kind's, in the admin and the commands).
+LABELS: dict[str, str] = {
+    "simulation": "What-if simulation",
+    "burst": "Burst analysis",
+    "valve_isolation": "Valve isolation analysis",
+    "flushing": "Flushing analysis",
+    "contaminant": "Contaminant simulation",
+}
 #: The REST collection of each kind (``/api/projects/<slug>/<path>/``).
 REST_PATHS: dict[str, str] = {
+    "simulation": "simulation-runs",
     "burst": "burst-analyses",
     "valve_isolation": "valve-isolation-analyses",
     "flushing": "flushing-analyses",
@@ -40,9 +50,10 @@ def kinds() -> dict[str, AnalysisKind]:
     from analyses.kinds.burst import BurstKind
     from analyses.kinds.contaminant import ContaminantKind
     from analyses.kinds.flushing import FlushingKind
+    from analyses.kinds.simulation import SimulationKind
     from analyses.kinds.valve_isolation import ValveIsolationKind
 
-    built: list[AnalysisKind] = [BurstKind(), ValveIsolationKind(), FlushingKind(), ContaminantKind()]
+    built: list[AnalysisKind] = [SimulationKind(), BurstKind(), ValveIsolationKind(), FlushingKind(), ContaminantKind()]
     by_name = {kind.name: kind for kind in built}
     return {name: by_name[name] for name in KIND_NAMES}
 

@@ -17,12 +17,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from contexts.errors import InvalidParameter
+from analyses.errors import InvalidArgument
 from queries.units import Shown, shown
 
 if TYPE_CHECKING:
@@ -93,9 +93,9 @@ def parse_utc(text: str) -> datetime:
     return datetime.fromisoformat(text).astimezone(UTC)
 
 
-def refuse(field_name: str, message: str, **details: object) -> InvalidParameter:
-    """An ``InvalidParameter`` naming ``field_name`` in its message and its details."""
-    return InvalidParameter(message, details={"field": field_name, **details})
+def refuse(field_name: str, message: str, **details: object) -> InvalidArgument:
+    """An ``InvalidArgument`` naming ``field_name`` in its message and its details."""
+    return InvalidArgument(message, details={"field": field_name, **details})
 
 
 def quantity_field(quantity: str, unit_system: str, description: str, **rules: Any) -> dict[str, Any]:
@@ -151,6 +151,7 @@ _SENTENCES = {
     "minLength": "must not be empty",
     "maxLength": "must be at most {} characters",
     "oneOf": "must be a number or a list of numbers",
+    "enum": "must be one of {}",
 }
 
 
@@ -159,7 +160,7 @@ def _field_of(error: ValidationError, schema: Mapping[str, Any]) -> tuple[str, s
     instance, rule, value = error.instance, str(error.validator), error.validator_value
     if error.absolute_path:
         name = str(error.absolute_path[0])
-        where = name + "".join(f"[{p}]" for p in list(error.absolute_path)[1:])
+        where = name + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in list(error.absolute_path)[1:])
         sentence = _SENTENCES[rule].format(value) if rule in _SENTENCES else f"is not valid: {error.message[:200]}"
         return name, f"{where} {sentence}."
     listed: list[Any] = list(value) if isinstance(value, list) else []
@@ -229,6 +230,8 @@ class AnalysisKind(ABC):
     tool: str
     rest_path: str
     title: str
+    #: Example arguments of the tool (against the demo utility).
+    example: ClassVar[dict[str, Any]]
     quality: bool = False
     scenarios: int = 1
 
@@ -240,17 +243,24 @@ class AnalysisKind(ABC):
     def canonical(self, params: Mapping[str, Any], *, wn: WaterNetworkModel, unit_system: str) -> dict[str, Any]:
         """The kind's own canonical SI parameters of schema-valid ``params`` (ids checked against ``wn``)."""
 
-    def validate(self, params: Mapping[str, Any], *, wn: WaterNetworkModel, unit_system: str) -> dict[str, Any]:
+    def validate(self, params: Mapping[str, Any], *, wn: WaterNetworkModel, unit_system: str,
+                 project: Project | None = None) -> dict[str, Any]:  # fmt: skip
         """The canonical validated parameters of ``params`` (see the module docstring), or a refusal
-        (``InvalidParameter`` naming the field)."""
+        (``InvalidParameter`` naming the field); with ``project``, also what only the project knows."""
         check_schema(self.input_schema(unit_system), params)
         request = {k: v for k, v in params.items() if k != "request_key"}
         out = self.canonical(request, wn=wn, unit_system=unit_system)
+        if project is not None:
+            self.check_project(out, project)
         elements = list(request.get("elements", []))
         known = [*wn.node_name_list, *wn.link_name_list]
         unknown_ids("elements", elements, known, ("a node or link", "nodes or links"))
         out["elements"] = sorted(elements)
         return out
+
+    def check_project(self, si: Mapping[str, Any], project: Project) -> None:  # noqa: B027 - a hook: most kinds need none
+        """Refuse canonical ``si`` naming what the project does not have beside its model (a district of
+        its GIS register); nothing by default."""
 
     @abstractmethod
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:

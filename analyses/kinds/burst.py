@@ -11,9 +11,9 @@ project); the customers affected are weighed by their demand.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from analyses.kinds import REST_PATHS, TOOL_NAMES
+from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
     LIST_LIMIT,
@@ -52,7 +52,14 @@ class BurstKind(AnalysisKind):
     name = "burst"
     tool = TOOL_NAMES["burst"]
     rest_path = REST_PATHS["burst"]
-    title = "Burst analysis"
+    title = LABELS["burst"]
+    #: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
+    example: ClassVar[dict[str, Any]] = {
+        "pipe_id": "LINK-1523",
+        "start": "2026-11-01T08:00:00Z",
+        "duration_minutes": 120,
+        "leak_flow": 0.01,
+    }
     scenarios = 2
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from analyses.kinds import REST_PATHS, TOOL_NAMES
+from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
     LIST_LIMIT,
@@ -58,7 +58,15 @@ class ContaminantKind(AnalysisKind):
     name = "contaminant"
     tool = TOOL_NAMES["contaminant"]
     rest_path = REST_PATHS["contaminant"]
-    title = "Contaminant simulation"
+    title = LABELS["contaminant"]
+    #: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
+    example: ClassVar[dict[str, Any]] = {
+        "injection_node_ids": ["JUNCTION-10"],
+        "start": "2026-11-01T06:00:00Z",
+        "injection_minutes": 30,
+        "concentration": 10.0,
+        "duration_minutes": 360,
+    }
     quality = True
     scenarios = 1
 

@@ -11,9 +11,9 @@ same question. ``target_velocity`` defaults to 0.75 m/s for an SI project and 2.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from analyses.kinds import REST_PATHS, TOOL_NAMES
+from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
     LIST_LIMIT,
@@ -54,7 +54,14 @@ class FlushingKind(AnalysisKind):
     name = "flushing"
     tool = TOOL_NAMES["flushing"]
     rest_path = REST_PATHS["flushing"]
-    title = "Flushing analysis"
+    title = LABELS["flushing"]
+    #: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
+    example: ClassVar[dict[str, Any]] = {
+        "hydrant_node_ids": ["JUNCTION-10"],
+        "flow": 0.03,
+        "start": "2026-11-01T09:00:00Z",
+        "duration_minutes": 60,
+    }
     scenarios = 2
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:

@@ -4,31 +4,44 @@ what is inside the isolated segment, what else loses its supply, and the demand 
 
 No EPANET run: the analysis is graph work on the model and the project's valve layer, which the caller
 reads (``queries.runs.segments.valve_layer``, ``IsolationValve`` rows ``(source_fid, link_id, node_id)``)
-and passes to ``compute``. This version has no hydraulic check of the isolated network, so no series and
-no window: the cost model sees one scenario of one hourly step.
+and passes to ``compute``. Without ``hydraulic_check`` there is no EPANET run, no series and no window:
+the cost model sees one scenario of one hourly step. With it, the network with the segment's links and the
+valves' links closed runs pressure-driven over the check's window (``queries.runs.simulation.what_if``,
+the what-if simulation's own computation), and ``affected_nodes`` lists the junctions whose pressure falls
+below the threshold (``cut_off``: inside the segment or the outage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from analyses.kinds import REST_PATHS, TOOL_NAMES
+from analyses.errors import InvalidArgument
+from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
+    DURATION,
+    LIST_LIMIT,
+    START,
     AnalysisKind,
     Outcome,
     Progress,
     ResultRow,
     id_list,
+    iso_utc,
     link_ref,
     node_ref,
     object_schema,
+    parse_utc,
+    quantity_field,
     refuse,
+    start_of,
+    to_si,
     unit,
     unknown_ids,
+    window_step,
 )
-from queries.units import Q_FLOW
+from queries.units import Q_FLOW, Q_PRESSURE
 
 if TYPE_CHECKING:
     from wntr.network import WaterNetworkModel
@@ -38,6 +51,9 @@ if TYPE_CHECKING:
 
 #: What the cost model is told: graph work as cheap as one hydraulic step of one hour.
 SHAPE_HOURS = 1.0
+CHECK_STEP_S = 900
+#: The hydraulic check's default threshold and PDD required pressure (the what-if simulation's defaults).
+DEFAULT_THRESHOLD = {"SI": 20.0, "US": 30.0}
 FAILED_VALVES = "Valves of the layer (by their id there) that do not close: the segment widens past them."
 
 
@@ -47,13 +63,27 @@ class ValveIsolationKind(AnalysisKind):
     name = "valve_isolation"
     tool = TOOL_NAMES["valve_isolation"]
     rest_path = REST_PATHS["valve_isolation"]
-    title = "Valve isolation analysis"
+    title = LABELS["valve_isolation"]
+    #: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
+    example: ClassVar[dict[str, Any]] = {"pipe_ids": ["LINK-1523"]}
     scenarios = 1
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
+        threshold = DEFAULT_THRESHOLD[unit_system]
+        check = {"type": "object", "additionalProperties": False, "required": ["start", "duration_minutes"],
+                 "description": "A pressure-driven run with the valves closed: which junctions fall below the "
+                                "threshold.", "properties": {
+            "start": START,
+            "duration_minutes": DURATION,
+            "pressure_threshold": quantity_field(Q_PRESSURE, unit_system, "Junctions below this are affected.",
+                                                 minimum=0, default=threshold),
+            "required_pressure": quantity_field(Q_PRESSURE, unit_system, "The pressure at which a junction "
+                                                "draws its full demand.", exclusiveMinimum=0, default=threshold),
+        }}  # fmt: skip
         properties = {
             "pipe_ids": id_list("The pipes to isolate (1 to 20).", 1, 20),
             "failed_valves": id_list(FAILED_VALVES, 0, 500),
+            "hydraulic_check": check,
         }
         return object_schema(self.title, properties, ["pipe_ids"])
 
@@ -61,11 +91,31 @@ class ValveIsolationKind(AnalysisKind):
         pipes = sorted(str(p) for p in params["pipe_ids"])
         unknown_ids("pipe_ids", pipes, wn.pipe_name_list, ("a pipe", "pipes"))
         # The valves are the project's layer, read at run time: an unknown fid is refused by the run.
-        return {"pipe_ids": pipes, "failed_valves": sorted(str(v) for v in params.get("failed_valves", []))}
+        out: dict[str, Any] = {"pipe_ids": pipes,
+                               "failed_valves": sorted(str(v) for v in params.get("failed_valves", []))}  # fmt: skip
+        check = params.get("hydraulic_check")
+        if check is not None:
+            threshold = DEFAULT_THRESHOLD[unit_system]
+            try:
+                start = start_of(check)
+            except InvalidArgument as exc:  # it names start: say it is the check's
+                raise refuse("hydraulic_check.start", f"hydraulic_check.{exc.message}") from None
+            out["hydraulic_check"] = {
+                "start": start,
+                "duration_minutes": int(check["duration_minutes"]),
+                "pressure_threshold": to_si(check.get("pressure_threshold", threshold), Q_PRESSURE, unit_system),
+                "required_pressure": to_si(check.get("required_pressure", threshold), Q_PRESSURE, unit_system),
+            }
+        return out
 
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
         from queries.runs.cost import RunShape
 
+        check = si.get("hydraulic_check")
+        if check:
+            duration_s = int(check["duration_minutes"]) * 60
+            return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=duration_s / 3600,
+                            step_s=window_step(duration_s, CHECK_STEP_S), scenarios=1)  # fmt: skip
         return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=SHAPE_HOURS,
                         step_s=int(SHAPE_HOURS * 3600), scenarios=self.scenarios)  # fmt: skip
 
@@ -84,7 +134,7 @@ class ValveIsolationKind(AnalysisKind):
         except IsolationError as exc:
             first = str(exc).split(" ", 1)[0]
             raise refuse(first if first in si else "parameters", f"{exc}.") from None
-        progress(0.9, "Summarising the isolation.")
+        progress(0.4 if si.get("hydraulic_check") else 0.9, "Summarising the isolation.")
         flow = unit(Q_FLOW, unit_system)
         segment = ResultRow("isolation_segment", {
             "valves_to_close": [{"valve_id": f, "pipe_id": link, "node_id": node}
@@ -106,4 +156,42 @@ class ValveIsolationKind(AnalysisKind):
             "outage_nodes": len(result.outage_nodes), "demand_lost": flow(result.demand_lost),
             "units": {"demand_lost": flow.label},
         }  # fmt: skip
-        return Outcome(summary, [segment, outage, lost], None, None, now)
+        rows = [segment, outage, lost]
+        check = si.get("hydraulic_check")
+        if not check:
+            return Outcome(summary, rows, None, None, now)
+        progress(0.5, "Checking the network with the valves closed (pressure-driven).")
+        affected, series, start = self._check(wn, check, result, project, unit_system)
+        progress(0.9, "Summarising the hydraulic check.")
+        rows.append(affected)
+        summary["affected_nodes"] = affected.payload["count"]
+        return Outcome(summary, rows, series, None, start)
+
+    @staticmethod
+    def _check(wn: WaterNetworkModel, check: Mapping[str, Any], result: Any, project: Project,
+               unit_system: str) -> tuple[ResultRow, Any, datetime]:  # fmt: skip
+        """The PDD run with the segment's and the valves' links closed, and its ``affected_nodes``."""
+        from queries.importer.baseline_window import align_patterns
+        from queries.runs.simulation import LINK_STATUS, Change, what_if
+
+        start = parse_utc(check["start"])
+        duration_s = int(check["duration_minutes"]) * 60
+        align_patterns(wn, start, project)
+        closed = sorted({*result.pipes, *(link for _, link, _ in result.valves_to_close)})
+        sim = what_if(wn, changes=[Change(LINK_STATUS, link, status="closed") for link in closed],
+                      hours=duration_s / 3600, threshold=float(check["pressure_threshold"]),
+                      step_s=window_step(duration_s, CHECK_STEP_S), demand_model="PDD",
+                      required_pressure=float(check["required_pressure"]), minimum_pressure=0.0)  # fmt: skip
+        pressure = unit(Q_PRESSURE, unit_system)
+        cut = {*result.junctions, *result.outage_nodes}
+        listed = sim.below[:LIST_LIMIT]
+        affected = ResultRow("affected_nodes", {
+            "nodes": [{"node_id": p.node_id, "lowest_pressure": pressure(p.lowest),
+                       "time": iso_utc(start + timedelta(seconds=p.at_s)), "cut_off": p.node_id in cut}
+                      for p in listed],
+            "count": len(sim.below), "outside_segment": sum(1 for p in sim.below if p.node_id not in cut),
+            "pressure_threshold": pressure(float(check["pressure_threshold"])), "demand_model": "PDD",
+            "links_closed": len(closed),
+            "units": {"lowest_pressure": pressure.label, "pressure_threshold": pressure.label},
+        }, [node_ref(wn, p.node_id) for p in listed])  # fmt: skip
+        return affected, sim.results, start

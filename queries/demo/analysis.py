@@ -21,12 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
 import pandas as pd
 import wntr
+from django.db import transaction
 from wntr.epanet.exceptions import EpanetException
 from wntr.network import LinkStatus, WaterNetworkModel
 from wntr.network.controls import Control, ControlAction, SimTimeCondition
@@ -48,6 +49,9 @@ from queries.models import (
     SensorPlacementRun,
 )
 from queries.runs.engine import quiet_epanet_log
+
+if TYPE_CHECKING:
+    from contexts.models import Project
 
 BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 
@@ -288,6 +292,30 @@ def valve_isolation_run(
         ]
     )
     return run, valve_layer
+
+
+def simulation_run(
+    *, project: Project, wn: WaterNetworkModel, start: datetime, hours: int, run_id: str, created_at: datetime
+) -> AnalysisRun:
+    """The daily extended-period simulation of demo B: the what-if simulation with no change, computed and
+    written by the analyses' own kind and writer (``analyses.kinds.simulation``, ``analyses.execute``), so
+    the demo's run and a utility's cannot drift apart."""
+    from analyses.execute import write_outcome
+    from analyses.kinds import kinds
+
+    spec = kinds()["simulation"]
+    params = {"start": start.isoformat(), "duration_minutes": hours * 60}
+    si = spec.validate(params, wn=wn, unit_system=project.unit_system, project=project)
+    outcome = spec.compute(_copy.deepcopy(wn), si, project=project, progress=lambda _f, _m: None,
+                           unit_system=project.unit_system)  # fmt: skip
+    with transaction.atomic():
+        run = AnalysisRun.objects.create(
+            project=project, run_id=run_id, kind="simulation", status="succeeded", title="Daily extended-period "
+            "simulation", parameters=params, created_at=created_at, started_at=created_at + timedelta(seconds=2),
+            finished_at=created_at + timedelta(seconds=9), summary=outcome.summary,
+        )  # fmt: skip
+        write_outcome(run, outcome, wn, si)
+    return run
 
 
 def failed_run(*, project_id: int, inp_path: Path, pipe_id: str, run_id: str, created_at: datetime) -> AnalysisRun:

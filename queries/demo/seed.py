@@ -358,18 +358,10 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[dem
         project_id=pid, inp_path=net.inp, pipe_id="LINK-12", run_id="whatif-20261101-1100",
         created_at=START + timedelta(hours=11),
     )  # fmt: skip
-    AnalysisRun.objects.create(
-        project_id=net_b.project.pk,
-        run_id="simulation-20261101-0600",
-        kind="simulation",
-        status="succeeded",
-        title="Daily extended-period simulation",
-        parameters={"duration_h": HOURS, "step_minutes": STEP_MINUTES},
-        created_at=START + timedelta(hours=6),
-        started_at=START + timedelta(hours=6, seconds=2),
-        finished_at=START + timedelta(hours=6, seconds=9),
-        summary={"nodes": net_b.wn.num_nodes, "links": net_b.wn.num_links},
-    )
+    demo_analysis.simulation_run(
+        project=net_b.project, wn=net_b.wn, start=START + timedelta(hours=6), hours=24,
+        run_id="simulation-20261101-0600", created_at=START + timedelta(hours=6),
+    )  # fmt: skip
     _add(summary, {"analysis_run": 4})
     return outcome, valve_layer
 

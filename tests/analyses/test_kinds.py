@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,7 +43,9 @@ REQUESTS: dict[str, dict[str, Any]] = {
         "mass_rate": 5000.0,
     },  # fmt: skip
     "valve_isolation": {"pipe_ids": ["105"]},
-}
+    "simulation": {"start": START, "duration_minutes": 120,
+                   "changes": [{"type": "pump", "pump_id": "335", "status": "off", "at": "2024-05-01T01:00:00Z"}]},
+}  # fmt: skip
 
 
 def _net3() -> wntr.network.WaterNetworkModel:
@@ -277,3 +280,33 @@ def test_the_shapes_count_scenarios_quality_and_the_window() -> None:
     assert (shapes["burst"].scenarios, shapes["burst"].hours) == (2, 2.0)
     assert (shapes["flushing"].scenarios, shapes["contaminant"].scenarios) == (2, 1) and shapes["contaminant"].quality
     assert shapes["valve_isolation"].hydraulic_steps == 1 and shapes["burst"].hydraulic_steps == 8
+
+
+def test_a_hydraulic_check_is_a_pdd_run_with_the_segment_closed(tmp_path: Path) -> None:
+    check = {"start": START, "duration_minutes": 120, "pressure_threshold": 40.0, "required_pressure": 40.0}
+    got = _run("valve_isolation", {"pipe_ids": ["105"], "hydraulic_check": check}, _project())
+    direct = isolate(_net3(), VALVES, ["105"])
+    wn = _net3()  # independently: the links closed as initial status, PDD, the window at 15 minutes
+    closed = {*direct.pipes, *(link for _, link, _ in direct.valves_to_close)}
+    for link in closed:
+        wn.get_link(link).initial_status = wntr.network.LinkStatus.Closed
+    wn.options.time.duration, wn.options.time.hydraulic_timestep, wn.options.time.report_timestep = 7200, 900, 900
+    wn.options.hydraulic.demand_model, wn.options.hydraulic.required_pressure = "PDD", 40.0
+    wn.options.hydraulic.minimum_pressure = 0.0
+    direct_run = wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(tmp_path / "check"))
+    pressure = direct_run.node["pressure"][wn.junction_name_list].min()
+    below = sorted(str(n) for n in pressure.index if pressure[n] < 40.0)
+    affected = _row(got, "affected_nodes")
+    assert below and affected["count"] == len(below) and sorted(n["node_id"] for n in affected["nodes"]) == below
+    assert {n["node_id"] for n in affected["nodes"] if n["cut_off"]} <= {*direct.junctions, *direct.outage_nodes}
+    assert got.series is not None and got.start.isoformat() == "2024-05-01T00:00:00+00:00"
+    assert got.summary["affected_nodes"] == len(below) and affected["units"]["lowest_pressure"] == "m"
+    shape = kinds()["valve_isolation"].shape(kinds()["valve_isolation"].validate(
+        {"pipe_ids": ["105"], "hydraulic_check": check}, wn=_net3(), unit_system="SI"), _net3())  # fmt: skip
+    assert (shape.hours, shape.hydraulic_steps) == (2.0, 8)
+
+
+def test_a_hydraulic_check_start_without_offset_is_refused_naming_it() -> None:
+    refusal = _refusal("valve_isolation", {"pipe_ids": ["105"], "hydraulic_check": {
+        "start": "2024-05-01T00:00:00", "duration_minutes": 60}})  # fmt: skip
+    assert refusal.details["field"] == "hydraulic_check.start" and "offset" in refusal.message

@@ -21,6 +21,11 @@ from tests.analyses.conftest import enable, member
 
 START = "2026-04-01T07:00:00Z"
 PARAMS: dict[str, dict[str, object]] = {
+    "simulation": {
+        "start": START,
+        "duration_minutes": 120,
+        "changes": [{"type": "pump", "pump_id": "335", "status": "off", "at": "2026-04-01T08:00:00Z"}],
+    },
     "burst": {"pipe_id": "123", "start": START, "duration_minutes": 240, "leak_flow": 0.01},
     "valve_isolation": {"pipe_ids": ["123"]},
     "flushing": {"hydrant_node_ids": ["121"], "flow": 0.03, "start": START, "duration_minutes": 60},
@@ -33,6 +38,7 @@ PARAMS: dict[str, dict[str, object]] = {
     },
 }
 RESULT_TYPES = {
+    "simulation": {"summary"},
     "burst": {"leak", "affected_nodes", "customers_affected"},
     "valve_isolation": {"isolation_segment", "outage_segments", "demand_lost"},
     "flushing": {"pipes_flushed", "pressure", "sources"},

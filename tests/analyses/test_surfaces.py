@@ -35,6 +35,7 @@ CLIENT = "tjwater-agent-mcp"
 RUN_SCOPES = "mcp.query mcp.analysis.run"
 BURST = {"pipe_id": "123", "start": "2026-04-01T07:00:00Z", "duration_minutes": 120, "leak_flow": 0.01}
 RUN_TOOLS = {
+    "run_simulation",
     "run_burst_analysis",
     "run_valve_isolation_analysis",
     "run_flushing_analysis",

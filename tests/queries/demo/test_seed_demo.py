@@ -190,7 +190,7 @@ def test_spikes_are_far_from_the_model_and_good_values_close(db: None) -> None:
 
 
 def test_analysis_runs_were_computed(db: None) -> None:
-    runs = {r.run_id: r for r in AnalysisRun.objects.filter(project__slug=DEMO_SLUG)}
+    runs = {r.run_id: r for r in AnalysisRun.objects.filter(project__slug__in=[DEMO_SLUG, DEMO_B_SLUG])}
     burst, isolation = runs["burst-20261101-0800"], runs["isolation-20261101-0830"]
     assert (burst.kind, burst.status) == ("burst", "succeeded")
     assert burst.summary["peak_leak_flow_m3s"] > 0.02
@@ -207,6 +207,17 @@ def test_analysis_runs_were_computed(db: None) -> None:
     assert len(failed) == 1
     assert failed[0].error_code.startswith("EPANET_")
     assert not AnalysisNodeSeries.objects.filter(run=failed[0]).exists()
+    # Every run that claims success has results or series behind it; the daily simulation is the what-if
+    # kind's own computation: a day from 06:00 at 15 minutes, every element, a summary result.
+    for run in runs.values():
+        if run.status == "succeeded":
+            assert (
+                AnalysisResult.objects.filter(run=run).exists() or AnalysisNodeSeries.objects.filter(run=run).exists()
+            )
+    daily = runs["simulation-20261101-0600"]
+    assert AnalysisResult.objects.get(run=daily).result_type == "summary" and daily.summary["min_pressure_node"]
+    times = AnalysisNodeSeries.objects.filter(run=daily, element_id=daily.summary["min_pressure_node"])
+    assert times.count() == 24 * 4 + 1 and times.order_by("time")[0].time == datetime(2026, 11, 1, 6, tzinfo=UTC)
 
 
 def test_two_sensor_placement_runs_with_different_parameters(db: None) -> None:
