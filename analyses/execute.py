@@ -174,7 +174,8 @@ def _write_series(run: AnalysisRun, outcome: Any, wn: Any, si: dict[str, Any]) -
     results = outcome.series
     if results is None:
         return 0
-    keep = kept_elements(wn, si)  # the rule the submission estimated by (``analyses.storage``)
+    # The rule the submission estimated by (``analyses.storage``).
+    keep = kept_elements(wn, si, kinds()[run.kind].window_minutes(si))
     if keep is None:
         return 0
     nodes, links = keep

@@ -40,10 +40,10 @@ FULL_SERIES_HOURS = 48
 Names = dict[str, Sequence[str]]
 
 
-def kept_elements(wn: WaterNetworkModel, si: Mapping[str, Any]) -> tuple[Names, Names] | None:
-    """The nodes and links (per type) whose series a run of canonical ``si`` on ``wn`` stores, or None
-    when it stores none (see the module docstring)."""
-    minutes = float(si.get("duration_minutes") or 0)
+def kept_elements(wn: WaterNetworkModel, si: Mapping[str, Any], minutes: int) -> tuple[Names, Names] | None:
+    """The nodes and links (per type) whose series a run of canonical ``si`` over a window of ``minutes``
+    (``AnalysisKind.window_minutes``) on ``wn`` stores, or None when it stores none (see the module
+    docstring)."""
     if minutes <= 0:
         return None  # no window, no series
     chosen = si.get("elements")
@@ -69,7 +69,7 @@ def kept_elements(wn: WaterNetworkModel, si: Mapping[str, Any]) -> tuple[Names, 
 def series_rows(spec: AnalysisKind, si: Mapping[str, Any], wn: WaterNetworkModel) -> int:
     """The series rows a run of ``spec`` with canonical ``si`` on ``wn`` writes: one per element kept and
     report instant of its window (the window's start and end included, as the engine reports them)."""
-    keep = kept_elements(wn, si)
+    keep = kept_elements(wn, si, spec.window_minutes(si))
     if keep is None:
         return 0
     elements = sum(len(names) for part in keep for names in part.values())

@@ -212,6 +212,16 @@ def window_step(duration_s: int, step_s: int) -> int:
     return math.gcd(step_s, duration_s)
 
 
+def window_shape(wn: WaterNetworkModel, minutes: int, step_s: int, scenarios: int, *, extra: int = 0) -> RunShape:
+    """The cost model's shape of a run of ``scenarios`` over a window of ``minutes`` reported every
+    ``step_s`` or less (``window_step``); ``extra``: nodes and links the run adds (a burst point)."""
+    from queries.runs.cost import RunShape
+
+    duration_s = int(minutes) * 60
+    return RunShape(nodes=len(wn.node_name_list) + extra, links=len(wn.link_name_list) + extra,
+                    hours=duration_s / 3600, step_s=window_step(duration_s, step_s), scenarios=scenarios)  # fmt: skip
+
+
 def node_ref(wn: WaterNetworkModel, node: str) -> dict[str, str]:
     """An element reference to a node (junction, reservoir or tank) of ``wn``."""
     return {"element_type": str(wn.get_node(node).node_type).lower(), "element_id": node}
@@ -265,6 +275,10 @@ class AnalysisKind(ABC):
     @abstractmethod
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
         """What the run of ``si`` on ``wn`` costs to the cost model."""
+
+    def window_minutes(self, si: Mapping[str, Any]) -> int:
+        """The length of the window the run's series cover (0: it has none, and stores no series)."""
+        return int(si.get("duration_minutes") or 0)
 
     @abstractmethod
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,

@@ -32,6 +32,7 @@ from analyses.kinds.base import (
     start_of,
     to_si,
     unit,
+    window_shape,
     window_step,
 )
 from queries.units import Q_EMITTER, Q_FLOW, Q_PRESSURE, Q_VOLUME
@@ -102,11 +103,7 @@ class BurstKind(AnalysisKind):
         return out
 
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
-        from queries.runs.cost import RunShape
-
-        duration_s = int(si["duration_minutes"]) * 60
-        return RunShape(nodes=len(wn.node_name_list) + 1, links=len(wn.link_name_list) + 1, hours=duration_s / 3600,
-                        step_s=window_step(duration_s, STEP_S), scenarios=self.scenarios)  # fmt: skip
+        return window_shape(wn, int(si["duration_minutes"]), STEP_S, self.scenarios, extra=1)  # the split
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip

@@ -33,6 +33,7 @@ from analyses.kinds.base import (
     to_si,
     unit,
     unknown_ids,
+    window_shape,
     window_step,
 )
 from queries.units import Q_FLOW, Q_PRESSURE, Q_VELOCITY
@@ -99,11 +100,7 @@ class FlushingKind(AnalysisKind):
         }
 
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
-        from queries.runs.cost import RunShape
-
-        duration_s = int(si["duration_minutes"]) * 60
-        return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=duration_s / 3600,
-                        step_s=window_step(duration_s, STEP_S), scenarios=self.scenarios)  # fmt: skip
+        return window_shape(wn, int(si["duration_minutes"]), STEP_S, self.scenarios)
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip

@@ -37,6 +37,7 @@ from analyses.kinds.base import (
     start_of,
     to_si,
     unit,
+    window_shape,
     window_step,
 )
 from queries.units import Q_FLOW, Q_LENGTH, Q_PRESSURE
@@ -215,11 +216,7 @@ class SimulationKind(AnalysisKind):
                              f"in project {project.slug}'s GIS register.", unknown=[name])  # fmt: skip
 
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
-        from queries.runs.cost import RunShape
-
-        duration_s = int(si["duration_minutes"]) * 60
-        return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=duration_s / 3600,
-                        step_s=window_step(duration_s, STEP_S), scenarios=self.scenarios)  # fmt: skip
+        return window_shape(wn, int(si["duration_minutes"]), STEP_S, self.scenarios)
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip

@@ -39,6 +39,7 @@ from analyses.kinds.base import (
     to_si,
     unit,
     unknown_ids,
+    window_shape,
     window_step,
 )
 from queries.units import Q_FLOW, Q_PRESSURE
@@ -111,13 +112,14 @@ class ValveIsolationKind(AnalysisKind):
     def shape(self, si: Mapping[str, Any], wn: WaterNetworkModel) -> RunShape:
         from queries.runs.cost import RunShape
 
-        check = si.get("hydraulic_check")
-        if check:
-            duration_s = int(check["duration_minutes"]) * 60
-            return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=duration_s / 3600,
-                            step_s=window_step(duration_s, CHECK_STEP_S), scenarios=1)  # fmt: skip
+        if self.window_minutes(si):
+            return window_shape(wn, self.window_minutes(si), CHECK_STEP_S, 1)
         return RunShape(nodes=len(wn.node_name_list), links=len(wn.link_name_list), hours=SHAPE_HOURS,
                         step_s=int(SHAPE_HOURS * 3600), scenarios=self.scenarios)  # fmt: skip
+
+    def window_minutes(self, si: Mapping[str, Any]) -> int:
+        """The hydraulic check's window, if there is one (the isolation alone has none)."""
+        return int((si.get("hydraulic_check") or {}).get("duration_minutes") or 0)
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip

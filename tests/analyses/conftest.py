@@ -4,17 +4,22 @@ alice may run analyses, bob may only view), against the real database and Redis.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import wntr
+from celery.contrib.testing.worker import start_worker
+from django.conf import settings
 from django.core.management import call_command
 
 from analyses.submit import Submitter
 from contexts.models import Membership, Principal, Project, ProjectCompute
 from queries.importer.epanet import import_network, wntr_network_path
+from tjwater.celery import app
 
 NET3 = wntr_network_path("Net3.inp")
 ISSUER = "https://idp.analyses.test"
@@ -55,6 +60,23 @@ def import_valves(project: Project, tmp: Path, rows: list[tuple[str, str]]) -> N
         stdout=StringIO(),
         stderr=StringIO(),
     )
+
+
+def running_worker(django_db_blocker: Any) -> Iterator[None]:
+    """A real Celery worker of both queues (``celery``, ``analysis``) in this process, with its own database
+    connection (it sees committed rows), Redis emptied before and after: a module fixture's body."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    client.flushdb()
+    queues = app.amqp.queues.copy()
+    with (
+        django_db_blocker.unblock(),
+        start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery", "analysis"]),
+    ):
+        yield
+    app.amqp.queues.clear()
+    app.amqp.queues.update(queues)
+    client.flushdb()
+    client.close()
 
 
 def enable(project: Project, *, cpu: int = 3600, concurrent: int = 4, max_run: int = 300) -> None:

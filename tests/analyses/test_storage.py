@@ -100,3 +100,16 @@ def test_runs_without_a_job_count_their_rows(net3: Project, alice: Submitter) ->
     assert stored_series_rows(net3) == rows
     AnalysisRun.objects.filter(pk=done.run.pk).update(cost={"series_rows": rows})  # recorded: counted by it
     assert stored_series_rows(net3) == rows
+
+
+def test_a_valve_isolation_with_a_hydraulic_check_stores_the_checks_series_as_estimated(
+    net3: Project, alice: Submitter
+) -> None:
+    params = {**PARAMS["valve_isolation"], "hydraulic_check": {"start": "2026-04-01T07:00:00Z", "duration_minutes": 60}}
+    done = submit(project=net3, kind="valve_isolation", params=params, who=alice, send=False)
+    estimate = done.run.estimate["series_rows"]
+    assert estimate > 0  # the check's window: every element at each report instant
+    run_now(done.job)
+    run = AnalysisRun.objects.get(pk=done.run.pk)
+    assert run.status == "succeeded", (run.error_code, run.error_message)
+    assert stored(run) == run.cost["series_rows"] == estimate

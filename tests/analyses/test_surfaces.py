@@ -12,8 +12,6 @@ from typing import Any
 
 import httpx2
 import pytest
-import redis
-from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.test import override_settings
 
@@ -22,11 +20,10 @@ from contexts.grants import tool_catalog
 from contexts.models import Membership, Principal, Project
 from contexts.services import context_create
 from queries.importer.epanet import import_network
-from tests.analyses.conftest import NET3, RUNNER, VIEWER, enable, import_valves, valve_rows
+from tests.analyses.conftest import NET3, RUNNER, VIEWER, enable, import_valves, running_worker, valve_rows
 from tests.support import tokens
 from tests.support.mcp_http import call_tool, mcp_request
 from tests.support.servers import ServerProcess
-from tjwater.celery import app
 from tjwater.registry import TOOLS
 
 pytestmark = pytest.mark.e2e
@@ -106,19 +103,8 @@ def server(world: dict[str, Any], start_server: Any) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def worker(world: dict[str, Any], django_db_blocker: Any) -> Iterator[None]:
-    """A real worker of both queues, in this process (its own database connection: committed rows)."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.flushdb()
-    queues = app.amqp.queues.copy()
-    with (
-        django_db_blocker.unblock(),
-        start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery", "analysis"]),
-    ):
-        yield
-    app.amqp.queues.clear()
-    app.amqp.queues.update(queues)
-    client.flushdb()
-    client.close()
+    """A real worker of both queues, in this process (``tests.analyses.conftest.running_worker``)."""
+    yield from running_worker(django_db_blocker)
 
 
 def structured(reply: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,6 @@ from typing import Any
 
 import httpx2
 import pytest
-import redis
-from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
@@ -29,11 +27,10 @@ from contexts.services import context_create
 from mcp_app.models import McpTask
 from mcp_app.task_records import task_key
 from queries.importer.epanet import import_network
-from tests.analyses.conftest import NET3, RUNNER, enable, import_valves, valve_rows
+from tests.analyses.conftest import NET3, RUNNER, enable, import_valves, running_worker, valve_rows
 from tests.support import tokens
 from tests.support.mcp_http import call_tool, parse_rpc_response, rpc_body, rpc_headers
 from tests.support.servers import ServerProcess
-from tjwater.celery import app
 
 pytestmark = pytest.mark.e2e
 SLUG = "mcp-tasks"
@@ -175,19 +172,8 @@ def server(world: dict[str, Any], start_server: Any) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def worker(world: dict[str, Any], django_db_blocker: Any) -> Iterator[None]:
-    """A real worker of both queues, in this process (as tests/analyses/test_surfaces.py)."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    client.flushdb()
-    queues = app.amqp.queues.copy()
-    with (
-        django_db_blocker.unblock(),
-        start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10, queues=["celery", "analysis"]),
-    ):
-        yield
-    app.amqp.queues.clear()
-    app.amqp.queues.update(queues)
-    client.flushdb()
-    client.close()
+    """A real worker of both queues, in this process (``tests.analyses.conftest.running_worker``)."""
+    yield from running_worker(django_db_blocker)
 
 
 def assert_created_task(result: dict[str, Any]) -> str:
