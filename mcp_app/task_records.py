@@ -23,7 +23,7 @@ from typing import Any
 from mcp_types import CLIENT_CAPABILITIES_META_KEY
 from pydantic import BaseModel
 
-from contexts.models import ContextPurpose
+from contexts.models import ContextPurpose, ProjectCompute
 from contexts.scope import QueryScope
 from mcp_app.catalog import Catalog, CatalogEntry
 from mcp_app.models import McpTask
@@ -31,7 +31,7 @@ from mcp_app.models import McpTask
 logger = logging.getLogger("tjwater.mcp")
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
-#: How long a task is kept (``ttlMs``): the retention of a finished run (30 days), as no setting names one.
+#: How long a task is kept (``ttlMs``) when its project names no retention: the default retention of runs.
 TASK_TTL = timedelta(days=30)
 #: The poll hint when a job answer gives none (``poll_after_ms``).
 DEFAULT_POLL_MS = 1000
@@ -100,6 +100,12 @@ def task_key(task_id: str) -> str:
     return hashlib.sha256(task_id.encode()).hexdigest()
 
 
+def _retention(project_id: int) -> timedelta:
+    """How long the project keeps a finished run (``ProjectCompute.retention_days``): its task lives as long."""
+    days = ProjectCompute.objects.filter(project_id=project_id).values_list("retention_days", flat=True).first()
+    return timedelta(days=days) if days else TASK_TTL
+
+
 def record_task(*, job: JobTool, scope: QueryScope, tool: str, result: BaseModel) -> tuple[str, McpTask] | None:
     """Write the task of a submit's ``result`` (called inside the submit's transaction) and return its id
     (shown once) and row; None when the job answer lacks a field the follow tools need (then the call is
@@ -118,7 +124,7 @@ def record_task(*, job: JobTool, scope: QueryScope, tool: str, result: BaseModel
         arguments={key: data[key] for key in job.keys},
         poll_interval_ms=poll if isinstance(poll, int) and poll > 0 else DEFAULT_POLL_MS,
         created_at=now,
-        expires_at=now + TASK_TTL,
+        expires_at=now + _retention(scope.project_id),
     )
     return task_id, row
 

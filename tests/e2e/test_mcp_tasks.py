@@ -22,7 +22,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from contexts.grants import tool_catalog
-from contexts.models import ExecutionRequest, Membership, Principal, Project, Task, TaskRun
+from contexts.models import ExecutionRequest, Membership, Principal, Project, ProjectCompute, Task, TaskRun
 from contexts.services import context_create
 from mcp_app.models import McpTask
 from mcp_app.task_records import task_key
@@ -104,6 +104,7 @@ def world(
         import_network(project=project, inp_path=NET3, center=(-85.5, 38.0), scale=30.0, baseline_hours=0)
         import_valves(project, tmp_path_factory.mktemp("valves"), valve_rows())
         enable(project, concurrent=10)
+        ProjectCompute.objects.filter(project=project).update(retention_days=12)  # a task lives as long as its run
         catalog, task_scoped = tool_catalog()
         handles: dict[str, str] = {}
         for name in PEOPLE:
@@ -179,7 +180,7 @@ def worker(world: dict[str, Any], django_db_blocker: Any) -> Iterator[None]:
 def assert_created_task(result: dict[str, Any]) -> str:
     assert result["resultType"] == "task" and result["status"] == "working", result
     assert "content" not in result and "result" not in result and "structuredContent" not in result
-    assert result["ttlMs"] == 30 * 24 * 3600 * 1000 and 250 <= result["pollIntervalMs"] <= 5000
+    assert result["ttlMs"] == 12 * 24 * 3600 * 1000 and 250 <= result["pollIntervalMs"] <= 5000
     assert result["createdAt"].endswith("Z") and result["lastUpdatedAt"].endswith("Z") and result["statusMessage"]
     task_id = result["taskId"]
     assert isinstance(task_id, str) and len(task_id) >= 43  # 256 random bits, URL-safe
