@@ -87,10 +87,13 @@ def baseline_job_cancel(*, job_id: int, actor: str) -> Job:
         raise NotCancellable(f"There is no baseline simulation job {job_id}.")
     if job.status not in (JobStatus.QUEUED, JobStatus.RUNNING):
         raise NotCancellable(f"Baseline job {job_id} is {job.status}; only a queued or running one can be cancelled.")
+    was_running = job.status == JobStatus.RUNNING
     job = request_cancel(job, actor=actor)
     logger.info("baseline job %s cancelled by %s", job.pk, actor)
-    if job.status == JobStatus.RUNNING:
-        job.message = f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
+    if was_running:  # the worker may already have stopped at its next chunk when the job is read back
+        stopped = " It has stopped; the previous baseline is unchanged." if job.status == JobStatus.CANCELLED else ""
+        requested = f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
+        job.message = requested + stopped
     return job
 
 
