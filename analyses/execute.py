@@ -31,10 +31,10 @@ from queries.importer.epanet import (
     node_series_lines,
     with_leak_column,
 )
-from queries.jobrunner.runner import JobContext, JobFailed
+from queries.jobrunner.runner import JobCancelled, JobContext, JobFailed
 from queries.models import AnalysisLinkSeries, AnalysisNodeSeries, AnalysisResult, AnalysisRun, IsolationValve, Job
 from queries.models.jobs import JobStatus
-from queries.runs.engine import EngineFailure
+from queries.runs.engine import EngineFailure, EngineStopped, stopping
 
 #: EPANET's "insufficient memory": under the job's memory limit, the run's MEMORY_LIMIT.
 EPANET_OUT_OF_MEMORY = 101
@@ -126,7 +126,10 @@ def run_analysis_job(ctx: JobContext) -> None:
         ctx.stop_if_asked()
 
     try:
-        outcome = spec.compute(wn, si, project=project, progress=progress, unit_system=unit_system, valves=valves)
+        with stopping(ctx.should_stop):  # asked between two of EPANET's time steps: a cancel stops a solve
+            outcome = spec.compute(wn, si, project=project, progress=progress, unit_system=unit_system, valves=valves)
+    except EngineStopped:
+        raise JobCancelled("Cancelled while EPANET ran; nothing was written.") from None
     except EngineFailure as exc:
         if exc.code == EPANET_OUT_OF_MEMORY:  # EPANET's malloc failed under the job's memory limit
             raise MemoryError from None

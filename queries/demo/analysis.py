@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import copy as _copy
 import math
-import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,7 +26,6 @@ import numpy as np
 import pandas as pd
 import wntr
 from django.db import transaction
-from wntr.epanet.exceptions import EpanetException
 from wntr.network import LinkStatus, WaterNetworkModel
 from wntr.network.controls import Control, ControlAction, SimTimeCondition
 from wntr.sim.results import SimulationResults
@@ -48,7 +45,7 @@ from queries.models import (
     AnalysisRun,
     SensorPlacementRun,
 )
-from queries.runs.engine import quiet_epanet_log
+from queries.runs.engine import EngineFailure, run_epanet
 
 if TYPE_CHECKING:
     from contexts.models import Project
@@ -56,15 +53,9 @@ if TYPE_CHECKING:
 BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 
 
-def _run_epanet(wn: WaterNetworkModel) -> SimulationResults:
-    with tempfile.TemporaryDirectory(prefix="tjwater-demo-") as tmp, quiet_epanet_log():
-        return wntr.sim.EpanetSimulator(wn).run_sim(file_prefix=str(Path(tmp) / "sim"))
-
-
-def epanet_error_code(exc: EpanetException) -> str:
-    """``EPANET_<n>`` from an EPANET exception (its message reads "(Error n) …")."""
-    match = re.search(r"Error (\d+)", str(exc))
-    return f"EPANET_{match.group(1)}" if match else "EPANET_ERROR"
+def epanet_error_code(exc: EngineFailure) -> str:
+    """``EPANET_<n>`` from the engine's refusal."""
+    return f"EPANET_{exc.code}" if exc.code is not None else "EPANET_ERROR"
 
 
 def _refs(element_type: str, ids: Sequence[str]) -> list[dict[str, str]]:
@@ -106,13 +97,13 @@ def burst_run(
                 initial_status="CLOSED")  # fmt: skip
     opening = ControlAction(wn.get_link(BURST_LINK), "status", LinkStatus.Open)
     wn.add_control("burst-opens", Control(SimTimeCondition(wn, "=", int(burst_hour * 3600)), opening))
-    results = _run_epanet(wn)
+    results = run_epanet(wn)
 
     base_wn = WaterNetworkModel(str(inp_path))
     base_wn.options.time.duration = int(window[1] * 3600)
     base_wn.options.time.hydraulic_timestep = step
     base_wn.options.time.report_timestep = step
-    baseline = _run_epanet(base_wn)
+    baseline = run_epanet(base_wn)
 
     t0, t1 = int(window[0] * 3600), int(window[1] * 3600)
     leak = results.node["demand"][BURST_NODE]
@@ -328,9 +319,9 @@ def failed_run(*, project_id: int, inp_path: Path, pipe_id: str, run_id: str, cr
     wn.options.time.duration = 6 * 3600
     code, message = "", ""
     try:
-        _run_epanet(wn)
+        run_epanet(wn)
         status = "succeeded"
-    except EpanetException as exc:
+    except EngineFailure as exc:
         status = "failed"
         code = epanet_error_code(exc)
         message = "EPANET rejected the scenario's input (a link property is out of range)"
