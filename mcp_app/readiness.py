@@ -26,6 +26,7 @@ means the token is not the service client: ``not_verified`` with ``--token`` (an
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ PROTOCOL = "2026-07-28"
 CANCEL_LIMIT_S = 3.0
 #: How long the probe's statement may take to show up in ``pg_stat_activity``.
 APPEAR_LIMIT_S = 10.0
+#: The longest a busy probe's ``Retry-After`` is believed (the probe's own hold is 5 s), and how often it is asked.
+BUSY_RETRY_S = 6.0
+BUSY_POLL_S = 0.25
+PROBE_BUSY = "a probe is running or the server is at capacity; retry"
 #: The probe's statement on one backend: active and marked (the poll's own statement runs on another pid).
 PROBE_RUNNING_SQL = (
     "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'active' AND query LIKE %s"
@@ -123,6 +128,7 @@ class LiveCheck:
         self.probe_url = f"{parts.scheme}://{parts.netloc}{prefix}{PROBE_PATH}"
         self.checks: list[Check] = []
         self.tools: dict[str, dict[str, Any]] = {}
+        self._retry_after = BUSY_RETRY_S  # a busy probe's Retry-After (untrusted: bounded to 0..BUSY_RETRY_S)
 
     def run(self) -> list[Check]:
         steps: list[Callable[[], Check]] = [
@@ -258,7 +264,18 @@ class LiveCheck:
             self._unbind(handle)
 
     def cancellation(self) -> Check:
-        """Abandon one probe statement mid-flight and time how long it takes to leave PostgreSQL."""
+        """Abandon one probe statement mid-flight and time how long it takes to leave PostgreSQL. A busy probe
+        (another check's, or one just abandoned that the server is still putting away) is asked again every
+        ``BUSY_POLL_S`` for its ``Retry-After`` (at most ``BUSY_RETRY_S``) plus a second: two readiness checks at
+        once are both answered. A 429 starts nothing on the server, so asking again costs it nothing."""
+        check = self._cancellation_once()
+        deadline = time.monotonic() + self._retry_after + 1.0
+        while check.detail == PROBE_BUSY and time.monotonic() < deadline:
+            time.sleep(BUSY_POLL_S)
+            check = self._cancellation_once()
+        return check
+
+    def _cancellation_once(self) -> Check:
         headers = {"authorization": f"Bearer {self.token}"}
         try:
             with connection.cursor() as cursor, httpx2.Client(timeout=30) as client:
@@ -301,8 +318,18 @@ class LiveCheck:
                 "cancellation", "not_verified", "the probe answers the service client only (--client-credentials)"
             )
         if response.status_code == 429:
-            return Check("cancellation", "not_ready", "a probe is running or the server is at capacity; retry")
+            self._retry_after = _retry_after(response.headers.get("retry-after"))
+            return Check("cancellation", "not_ready", PROBE_BUSY)
         return _http_failure("cancellation", response)
+
+
+def _retry_after(header: str | None) -> float:
+    """A server's ``Retry-After`` seconds, bounded to 0..``BUSY_RETRY_S`` (``BUSY_RETRY_S`` when unreadable)."""
+    try:
+        seconds = float(header or "")
+    except ValueError:
+        return BUSY_RETRY_S
+    return min(max(seconds, 0.0), BUSY_RETRY_S) if math.isfinite(seconds) else BUSY_RETRY_S
 
 
 def _count(cursor: Any, pid: int) -> int:

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from collections.abc import Callable
 from io import StringIO
 
+import httpx2
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from mcp_app.readiness import CANCEL_LIMIT_S, Check, LiveCheck
+from mcp_app.probe import PROBE_HOLD_S, PROBE_PATH
+from mcp_app.readiness import BUSY_RETRY_S, CANCEL_LIMIT_S, Check, LiveCheck, _retry_after
 from tests.support.net1 import CLIENT, PROJECT_SLUG, SERVER_ENV, SERVICE_CLIENT, token
 from tests.support.servers import ServerProcess, free_port
 
@@ -92,3 +96,51 @@ def test_a_refused_service_client_is_misconfigured(product_server: ServerProcess
     assert check.cancellation() == Check(
         "cancellation", "misconfigured", "the probe refused this service's client (TJWATER_OIDC_CLIENT_ID)"
     )
+
+
+def test_a_busy_probe_is_asked_again_for_its_retry_after(product_server: ServerProcess) -> None:
+    """Another caller's probe holds the single flight: the check waits the server's Retry-After (5 s) and
+    verifies on the second ask — two readiness checks at once both pass, neither reports a busy server."""
+    holding = threading.Event()
+
+    def other_probe() -> None:
+        bearer = token(scopes=BIND, client=SERVICE_CLIENT)
+        url = f"{product_server.url}{PROBE_PATH}"
+        with httpx2.stream("POST", url, headers={"authorization": f"Bearer {bearer}"}, timeout=30) as response:
+            for _line in response.iter_lines():
+                holding.set()  # held to completion (~5 s), never abandoned
+
+    runner = threading.Thread(target=other_probe)
+    runner.start()
+    try:
+        assert holding.wait(10)
+        check = LiveCheck(
+            f"{product_server.url}/mcp",
+            token(scopes=BIND, client=SERVICE_CLIENT),
+            project=None,
+            context_handle=None,
+            service_client=True,
+        )
+        started = time.monotonic()
+        result = check.cancellation()
+        waited = time.monotonic() - started
+    finally:
+        runner.join(PROBE_HOLD_S + 10)
+    assert result.status == "ok", result
+    assert waited >= PROBE_HOLD_S - 1  # it did wait for the other probe, not verify through it
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("5", 5.0),
+        ("0", 0.0),
+        ("-3", 0.0),
+        ("3600", BUSY_RETRY_S),
+        ("nan", BUSY_RETRY_S),
+        ("soon", BUSY_RETRY_S),
+        (None, BUSY_RETRY_S),
+    ],
+)
+def test_a_servers_retry_after_is_bounded(header: str | None, seconds: float) -> None:
+    assert _retry_after(header) == seconds
