@@ -135,8 +135,8 @@ def run_analysis_job(ctx: JobContext) -> None:
             raise MemoryError from None
         advice = ENGINE_ADVICE.get(exc.code or -1, "EPANET refused the scenario; try fewer changes")
         raise JobFailed(
-            f"EPANET_{exc.code if exc.code is not None else 'UNKNOWN'}",
-            f"EPANET error {exc.code}: {advice}. Nothing was written.",
+            exc.error_code,
+            f"{exc}: {advice}. Nothing was written.",
         ) from None
     except InvalidParameter as exc:
         raise JobFailed(exc.code, f"{exc.message} Nothing was written.") from None

@@ -53,11 +53,6 @@ if TYPE_CHECKING:
 BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 
 
-def epanet_error_code(exc: EngineFailure) -> str:
-    """``EPANET_<n>`` from the engine's refusal."""
-    return f"EPANET_{exc.code}" if exc.code is not None else "EPANET_ERROR"
-
-
 def _refs(element_type: str, ids: Sequence[str]) -> list[dict[str, str]]:
     return [{"element_type": element_type, "element_id": i} for i in ids]
 
@@ -323,7 +318,7 @@ def failed_run(*, project_id: int, inp_path: Path, pipe_id: str, run_id: str, cr
         status = "succeeded"
     except EngineFailure as exc:
         status = "failed"
-        code = epanet_error_code(exc)
+        code = exc.error_code
         message = "EPANET rejected the scenario's input (a link property is out of range)"
     return AnalysisRun.objects.create(
         project_id=project_id,

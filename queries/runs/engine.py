@@ -33,6 +33,11 @@ class EngineFailure(Exception):
         super().__init__(f"EPANET error {code}" if code is not None else "EPANET stopped without an error code")
         self.code = code
 
+    @property
+    def error_code(self) -> str:
+        """The product's stable code for it: ``EPANET_<n>``, ``EPANET_UNKNOWN`` when EPANET gave none."""
+        return f"EPANET_{self.code}" if self.code is not None else "EPANET_UNKNOWN"
+
 
 class EngineStopped(Exception):
     """The caller's ``should_stop`` said stop between two of EPANET's time steps; nothing was returned."""
