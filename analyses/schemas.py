@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from queries.schemas.analysis import AnalysisRunDetail
 from queries.schemas.common import ResultEnvelope
 from queries.units import declared
 
@@ -34,8 +35,10 @@ class RunAccepted(BaseModel):
     created: bool
 
 
-class RunAcceptedResult(ResultEnvelope[RunAccepted]):
-    pass
+class RunAcceptedResult(ResultEnvelope[RunAccepted | AnalysisRunDetail]):
+    """A ``run_*`` tool's result: the acceptance on a plain call; for a client that follows the call as an MCP
+    task (``mcp_app.tasks_extension``) the task's result is the finished run inlined, ``get_analysis_run``'s
+    answer — so the tool's outputSchema admits both and a client validating the task's result passes."""
 
 
 class RunCancelled(BaseModel):

@@ -74,6 +74,7 @@ def cancel_act(scope: QueryScope, args: Mapping[str, Any]) -> RunCancelledResult
 
 def _accepted_summary(result: RunAcceptedResult) -> str:
     d = result.data
+    assert isinstance(d, RunAccepted)  # the act answers an acceptance; only a task's result is a finished run
     again = "" if d.created else " (the same question was asked before: this is that run)"
     return (
         f"Run {d.run_id} ({d.kind}) is {d.status}{again}, estimated at {d.estimate.cpu_seconds:.2f} CPU s; "

@@ -20,6 +20,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
+from jsonschema import Draft202012Validator
 
 from contexts.grants import tool_catalog
 from contexts.models import ExecutionRequest, Membership, Principal, Project, ProjectCompute, Task, TaskRun
@@ -304,6 +305,13 @@ def test_a_declaring_client_follows_the_task_to_the_inlined_result(
         k: v for k, v in result["structuredContent"].items() if k != "queried_at"
     }
     assert direct["content"] == result["content"]
+    # ...and it is what run_burst_analysis's own outputSchema admits: a client validating the task's result
+    # against the tool it called passes (the acceptance alone would not admit it).
+    listed = parse_rpc_response(rpc(server, bearer("alice"), "tools/list", {}))["result"]["tools"]
+    schema = next(t["outputSchema"] for t in listed if t["name"] == "run_burst_analysis")
+    Draft202012Validator(schema).validate(result["structuredContent"])
+    accepted_only = {"$defs": schema["$defs"], "$ref": "#/$defs/RunAccepted"}
+    assert not Draft202012Validator(accepted_only).is_valid(result["structuredContent"]["data"])
     # A finished run cannot be cancelled any more: tasks/cancel still acknowledges, the task stays completed.
     status, ack = task_request(server, "alice", "tasks/cancel", task_id, handles["alice"])
     assert status == 200 and ack["result"]["resultType"] == "complete"
