@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time as _time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -40,7 +41,7 @@ from wntr.network import LinkStatus, WaterNetworkModel
 from contexts.models import Project
 from queries.importer.epanet import NetworkImportError, write_baseline
 from queries.models import LinkBaseline, NodeBaseline, current_model_version
-from queries.runs.engine import EngineFailure, run_epanet, set_window
+from queries.runs.engine import EngineFailure, EngineStopped, run_epanet, set_window, stopping
 from queries.runs.model import read_model_version
 from queries.timezones import project_zone
 
@@ -224,7 +225,11 @@ def simulate_baseline_window(
             chunk_start = start + timedelta(seconds=offset)
             align_patterns(wn, chunk_start, project)
             try:
-                results = _run(wn, duration_s=duration, step_s=step_s)
+                # Asked between EPANET's time steps too: a cancel stops inside a chunk's solve.
+                with stopping(should_stop) if should_stop is not None else nullcontext():
+                    results = _run(wn, duration_s=duration, step_s=step_s)
+            except EngineStopped:
+                raise SimulationCancelled("The simulation was cancelled; the previous baseline is unchanged.") from None
             except NetworkImportError as exc:  # pragma: no cover - _run raises BaselineError itself
                 raise BaselineError(str(exc)) from exc
             last = offset + duration >= total_s

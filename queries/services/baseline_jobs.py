@@ -80,7 +80,7 @@ def run_baseline_job(ctx: JobContext) -> None:
 def baseline_job_cancel(*, job_id: int, actor: str) -> Job:
     """An operator cancels a queued or running baseline simulation (``simulate_baseline --cancel``, the
     Jobs admin action): a queued one is marked cancelled at once and never starts; a running one stops
-    at its next chunk and rolls back, leaving the previous baseline unchanged (the runner marks the job
+    within one of EPANET's time steps and rolls back, leaving the previous baseline unchanged (the runner marks the job
     cancelled then). Nothing of the window is written either way. ``NotCancellable`` otherwise."""
     job = Job.objects.filter(pk=job_id, kind=JobKind.BASELINE).first()
     if job is None:
@@ -90,9 +90,11 @@ def baseline_job_cancel(*, job_id: int, actor: str) -> Job:
     was_running = job.status == JobStatus.RUNNING
     job = request_cancel(job, actor=actor)
     logger.info("baseline job %s cancelled by %s", job.pk, actor)
-    if was_running:  # the worker may already have stopped at its next chunk when the job is read back
+    if was_running:  # the worker may already have stopped when the job is read back
         stopped = " It has stopped; the previous baseline is unchanged." if job.status == JobStatus.CANCELLED else ""
-        requested = f"Cancellation requested by {actor[:100]}; it stops at its next chunk and writes nothing."
+        requested = (
+            f"Cancellation requested by {actor[:100]}; it stops within one of EPANET's time steps and writes nothing."
+        )
         job.message = requested + stopped
     return job
 

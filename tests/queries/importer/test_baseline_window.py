@@ -80,10 +80,32 @@ def test_a_cancelled_run_writes_nothing(net1: Project) -> None:
     day = datetime(2026, 4, 1, tzinfo=UTC)
     simulate_baseline_window(project=net1, start=day, hours=6, step_s=900)
     before = times_of(net1)
-    checks = iter([False, True])  # stop after the first 24 h chunk is written
+    asked = 0
+
+    def should_stop() -> bool:  # the chunk's own check, two of EPANET's time steps, then stop in the third
+        nonlocal asked
+        asked += 1
+        return asked > 3
+
+    done: list[float] = []
     with pytest.raises(SimulationCancelled, match="previous baseline is unchanged"):
-        simulate_baseline_window(project=net1, start=day, hours=48, step_s=900, should_stop=lambda: next(checks))
+        simulate_baseline_window(
+            project=net1, start=day, hours=48, step_s=900, should_stop=should_stop, progress=done.append
+        )
+    assert asked == 4 and done == []  # stopped inside the first 24 h chunk's solve, before it was written
     assert times_of(net1) == before
+
+
+def test_a_cancel_after_a_chunk_rolls_it_back(net1: Project) -> None:
+    """A chunk written, then the cancel: the window's transaction rolls the written chunk back too."""
+    day = datetime(2026, 4, 1, tzinfo=UTC)
+    before = times_of(net1)
+    done: list[float] = []
+    with pytest.raises(SimulationCancelled):
+        simulate_baseline_window(
+            project=net1, start=day, hours=48, step_s=900, should_stop=lambda: bool(done), progress=done.append
+        )
+    assert done == [0.5] and times_of(net1) == before
 
 
 def test_one_simulation_per_project_at_a_time(net1: Project) -> None:
@@ -210,7 +232,7 @@ def test_an_operator_cancels_a_running_simulation(
     worker: None, committed_net1: Project, django_db_blocker: pytest.FixtureRequest
 ) -> None:
     """Two months of baseline on a real worker, cancelled by ``simulate_baseline --cancel`` once it runs:
-    the task stops at its next chunk, rolls back and writes nothing of the window."""
+    the task stops within one of EPANET's time steps, rolls back and writes nothing of the window."""
     with django_db_blocker.unblock():  # type: ignore[attr-defined]
         start = datetime(2026, 6, 1, tzinfo=UTC)
         before = NodeBaseline.objects.filter(project=committed_net1).count()
@@ -221,7 +243,7 @@ def test_an_operator_cancels_a_running_simulation(
             time.sleep(0.02)
         out = StringIO()
         call_command("simulate_baseline", "--cancel", str(job.pk), stdout=out)
-        assert "stops at its next chunk and writes nothing" in out.getvalue()
+        assert "stops within one of EPANET's time steps and writes nothing" in out.getvalue()
         assert run_job_task.AsyncResult(job.task_id).get(timeout=120) == {"status": "cancelled"}
         job.refresh_from_db()
         assert job.status == "cancelled" and "previous baseline is unchanged" in job.message
