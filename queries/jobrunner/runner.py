@@ -110,9 +110,12 @@ class JobContext:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def progress(self, fraction: float, message: str = "") -> None:
-        """Report ``fraction`` (0–1) done with a one-line ``message``; also the job's heartbeat."""
+        """Report ``fraction`` (0–1) done with a one-line ``message``; also the job's heartbeat. Written at
+        most every ``PROGRESS_EVERY_S``, except a new message (a new phase: a long solve is not shown under
+        the phase before it) and the end."""
         now = time.monotonic()
-        if now - self._written < PROGRESS_EVERY_S and fraction < 1.0:
+        new_phase = bool(message) and message[:200] != self.job.status_message
+        if now - self._written < PROGRESS_EVERY_S and fraction < 1.0 and not new_phase:
             return
         self._written = now
         fraction = min(max(float(fraction), 0.0), 1.0)

@@ -51,6 +51,14 @@ def kind_cancels_itself(ctx: JobContext) -> None:
     CALLS.append("ran on")  # never reached: the cancel key stops it at once
 
 
+def kind_phases(ctx: JobContext) -> None:
+    """Three reports well within PROGRESS_EVERY_S of each other: what the job's row shows after each."""
+    for fraction, message in ((0.1, "Reading the model."), (0.2, "Simulating."), (0.3, "Simulating.")):
+        ctx.progress(fraction, message)
+        row = Job.objects.get(pk=ctx.job.pk)
+        CALLS.append(f"{row.progress} {row.status_message}")
+
+
 def kind_allocates(ctx: JobContext) -> None:
     CALLS.append(bytearray(400 * 1024 * 1024))  # 400 MiB: past the kind's 64 MiB allowance
 
@@ -58,6 +66,7 @@ def kind_allocates(ctx: JobContext) -> None:
 for spec in (
     JobKindSpec(name="test_memory", label="Test memory", run=f"{HERE}.kind_allocates", memory_limit_mb=64),
     JobKindSpec(name="test_ok", label="Test kind", run=f"{HERE}.kind_ok"),
+    JobKindSpec(name="test_phases", label="Test phases", run=f"{HERE}.kind_phases"),
     JobKindSpec(name="test_fails", label="Test failure", run=f"{HERE}.kind_fails"),
     JobKindSpec(name="test_breaks", label="Test fault", run=f"{HERE}.kind_breaks"),
     JobKindSpec(name="test_cancels", label="Test cancel", run=f"{HERE}.kind_cancels_itself"),
@@ -80,6 +89,15 @@ def test_a_kind_runs_to_success_with_its_progress_and_result(job_of, test_redis:
     assert (job.status, job.rows, job.detail, job.progress) == ("succeeded", 7, {"answer": 42}, 1.0)
     assert job.started_at and job.finished_at and job.heartbeat_at
     assert run_job(job.pk) == {"status": "succeeded"} and CALLS.count("ok") == 1  # final: never runs twice
+
+
+def test_a_new_phase_is_shown_at_once_and_the_same_phase_at_most_every_half_second(job_of) -> None:  # type: ignore[no-untyped-def]
+    """A phase reported right after the previous one is written (a long solve is never shown as the phase
+    before it); more of the same phase within the interval is not."""
+    CALLS.clear()
+    job = job_of("test_phases")
+    run_job(job.pk)
+    assert CALLS == ["0.1 Reading the model.", "0.2 Simulating.", "0.2 Simulating."]
 
 
 def test_failures_are_a_code_and_a_sentence_never_a_traceback(job_of, test_redis: redis.Redis) -> None:  # type: ignore[no-untyped-def]
