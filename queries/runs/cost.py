@@ -1,15 +1,19 @@
 """What a hydraulic run will cost, decided before anything runs (issue 42 item 4).
 
 The cost model is fitted to runs measured on this machine (``scripts/calibrate_run_cost.py`` writes
-``calibration.json`` beside this module, with the date, the machine and every measured run): per scenario,
+``calibration.json`` beside this module, with the date, the machine and every measured run):
 
-    cpu_s  = a + b·E·H + c·E·Q·[quality]          peak_mb = r0 + scenarios·(r1·E·R + r2·E·R·[quality])
+    cpu_s   = d·E + scenarios·(a + b·E·H + c·E·Q·[quality])
+    peak_mb = r0 + scenarios·(r1·E·R + r2·E·R·[quality])
 
 with E the model's nodes plus links, H the hydraulic steps of the window, Q its water-quality steps and R
-its report steps. The coefficients are fitted without negative values (``scipy.optimize.nnls``), and the
-estimate is the fit times the largest under-estimate the fit made of a measured run (``margin``), so a
-run like the measured ones is not estimated below what it took. A burst is two scenarios (the scenario and
-the baseline for comparison): their CPU adds up, and both results are held at once.
+its report steps. ``d·E`` is paid once per run whatever its window: opening the run's own copy of the
+pinned model (``analyses.network.fresh``, a ``copy.deepcopy`` of the parsed network: 0.3 s of CPU on Net6),
+timed per network by the calibration as ``open_s``. The coefficients are fitted without negative values
+(``scipy.optimize.nnls``), and the estimate is the fit times the largest under-estimate the fit made of a
+measured run (``margin``, one for each part), so a run like the measured ones is not estimated below what
+it took. A burst is two scenarios (the scenario and the baseline for comparison): their CPU adds up, and
+both results are held at once; the model is opened once for both.
 """
 
 from __future__ import annotations
@@ -105,7 +109,16 @@ def fit(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     timed = cpu >= MARGIN_FLOOR_S
     cpu_margin = float(max(1.0, np.max(cpu[timed] / cpu_fit[timed]))) if timed.any() else 1.0
     rss_margin = float(max(1.0, np.max(rss / rss_fit)))
+    opened = [(s.elements, float(r["open_s"])) for s, r in zip(shapes, runs, strict=True) if "open_s" in r]
+    d, open_margin = 0.0, 1.0
+    if opened:
+        elements, open_s = np.array([[e] for e, _ in opened], dtype=float), np.array([o for _, o in opened])
+        d = float(nnls(elements, open_s)[0][0])
+        open_timed = open_s >= MARGIN_FLOOR_S
+        if open_timed.any() and d > 0:
+            open_margin = float(max(1.0, np.max(open_s[open_timed] / (elements[open_timed, 0] * d))))
     return {
+        "open_s": {"d_per_element": d, "margin": round(open_margin, 3)},
         "cpu_s": {"a": float(cpu_coef[0]), "b_per_element_step": float(cpu_coef[1]),
                   "c_per_element_quality_step": float(cpu_coef[2]), "margin": round(cpu_margin, 3)},
         "peak_rss_mb": {"r0": float(rss_coef[0]), "r1_per_element_report_step": float(rss_coef[1]),
@@ -130,8 +143,10 @@ def estimate(shape: RunShape, model: Mapping[str, Any] | None = None, calibrated
                                 _cpu_terms(shape)))  # fmt: skip
     peak = float(np.dot([rss_m["r0"], rss_m["r1_per_element_report_step"],
                          rss_m["r2_per_element_report_step_quality"]], _rss_terms(shape)))  # fmt: skip
+    open_m = model.get("open_s", {"d_per_element": 0.0, "margin": 1.0})
+    opening = float(open_m["d_per_element"]) * shape.elements * float(open_m["margin"])
     return Estimate(
-        cpu_seconds=round(per_scenario * shape.scenarios * float(cpu_m["margin"]), 2),
+        cpu_seconds=round(opening + per_scenario * shape.scenarios * float(cpu_m["margin"]), 2),
         peak_memory_mb=round(peak * float(rss_m["margin"]), 1),
         scenarios=shape.scenarios,
         hydraulic_steps=shape.hydraulic_steps,
