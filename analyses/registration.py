@@ -1,6 +1,6 @@
 """What the analyses app adds to the project's registries, from ``AnalysesConfig.ready()``: one job kind
-per analysis kind (run by ``analyses.execute``, on the ``analysis`` queue) and the analysis tools. Light
-by design: nothing here imports the engine."""
+per analysis kind (run by ``analyses.execute``, on the ``analysis`` queue), the analysis tools and the
+demo seeder's runner of its analysis runs. Light by design: nothing here imports the engine."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ def register_job_kinds() -> None:
                 memory_limit_mb=memory_mb,
             )
         )
+
+
+def register_demo_runner() -> None:
+    from queries.demo.seeders import register_demo_runner as register
+
+    register("analyses.demo.run_for_demo")
 
 
 def register_tools() -> None:

@@ -1,11 +1,16 @@
 """Demo analysis and sensor placement runs, computed for real with WNTR on the demo network.
 
+The valve isolation and demo B's daily simulation are run by the analyses' own kinds and writer (the
+runner the analyses app registers, ``queries.demo.seeders.demo_runner``) on the demo's model version, so
+that the demo's runs and a utility's cannot drift apart:
+
 * burst: a main break modelled the classic EPANET way — a burst node with an emitter (pressure-
   dependent outflow) hung off a junction through a short pipe that a time control opens at the burst
-  time; the scenario's node/link series are stored for a 12-hour window;
-* valve isolation: a strategic valve layer (WNTR ``generate_valve_layer``), valve segments
-  (``wntr.metrics.valve_segments``), and the segment holding the burst pipe: valves to close, pipes
-  and junctions cut off, customer demand lost;
+  time; the scenario's node/link series are stored for a 12-hour window. Not yet the burst kind's run:
+  the kind starts its window from the model's initial state (the .inp's tank levels), while the demo's
+  SCADA near the burst reads a burst eight hours into the day's baseline;
+* valve isolation: the segment of the burst pipe with a strategic valve layer (WNTR
+  ``generate_valve_layer``), the layer the demo's GIS also exports as a valve layer;
 * a failed run: a what-if simulation EPANET refuses, with EPANET's own error code;
 * sensor placement: greedy maximum coverage over the pipe graph (a candidate covers junctions within a
   network distance), with different parameters per run.
@@ -25,11 +30,11 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import wntr
-from django.db import transaction
 from wntr.network import LinkStatus, WaterNetworkModel
 from wntr.network.controls import Control, ControlAction, SimTimeCondition
 from wntr.sim.results import SimulationResults
 
+from queries.demo.seeders import demo_runner
 from queries.importer.copy import copy_lines
 from queries.importer.epanet import (
     LINK_SERIES_COLUMNS,
@@ -49,6 +54,7 @@ from queries.runs.engine import EngineFailure, run_epanet
 
 if TYPE_CHECKING:
     from contexts.models import Project
+    from queries.models import NetworkSource
 
 BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
 
@@ -207,100 +213,43 @@ def _window(results: SimulationResults, t0: int, t1: int) -> SimulationResults:
 
 
 def valve_isolation_run(
-    *, project_id: int, wn: WaterNetworkModel, pipe_id: str, seed: int, run_id: str, created_at: datetime
+    *,
+    project: Project,
+    wn: WaterNetworkModel,
+    version: NetworkSource,
+    pipe_id: str,
+    seed: int,
+    run_id: str,
+    created_at: datetime,
 ) -> tuple[AnalysisRun, pd.DataFrame]:
-    """Find the valve segment of ``pipe_id`` and what closing it cuts off; returns the run and the
-    valve layer (``link``, ``node`` per valve) for the GIS layer of isolation valves."""
+    """Isolate ``pipe_id`` with the demo's valve layer (a strategic N-2 layer, WNTR's
+    ``generate_valve_layer``), run by the valve isolation analysis itself; returns the run and the layer
+    (``link``, ``node`` per valve, its fid ``valve_fid(i)``) for the GIS layer of isolation valves."""
     valve_layer = wntr.network.generate_valve_layer(wn, "strategic", 2, seed=seed)
-    graph = wn.to_graph()
-    node_seg, link_seg, seg_size = wntr.metrics.valve_segments(graph, valve_layer)
-    seg = int(link_seg[pipe_id])
-    seg_nodes = sorted(str(n) for n, s in node_seg.items() if int(s) == seg)
-    seg_links = sorted(str(k) for k, s in link_seg.items() if int(s) == seg)
-    seg_node_set, seg_link_set = set(seg_nodes), set(seg_links)
-    closing = [
-        {"valve_id": f"V{int(i):05d}", "link_id": str(row["link"]), "node_id": str(row["node"])}
-        for i, row in valve_layer.iterrows()
-        if (row["link"] in seg_link_set) != (row["node"] in seg_node_set)
-    ]
-    junctions = [n for n in seg_nodes if n in set(wn.junction_name_list)]
-    lost = sum(float(wn.get_node(n).base_demand or 0.0) for n in junctions)
-    sizes = seg_size.to_numpy(dtype=float)
-    run = AnalysisRun.objects.create(
-        project_id=project_id,
-        run_id=run_id,
-        kind="valve_isolation",
-        status="succeeded",
-        title=f"Isolate the segment of {pipe_id}",
-        parameters={"pipe_id": pipe_id, "valve_layer": "strategic N-2", "valve_layer_seed": seed},
-        created_at=created_at,
-        started_at=created_at + timedelta(seconds=3),
-        finished_at=created_at + timedelta(seconds=21),
-        summary={
-            "segment": seg,
-            "valves_to_close": len(closing),
-            "pipes_isolated": sum(1 for k in seg_links if k in set(wn.pipe_name_list)),
-            "junctions_isolated": len(junctions),
-            "base_demand_lost_m3s": round(lost, 6),
-            "segments_in_network": int(len(sizes)),
-        },
-    )
-    AnalysisResult.objects.bulk_create(
-        [
-            AnalysisResult(
-                run=run,
-                sequence=1,
-                result_type="isolation_segment",
-                payload={"segment": seg, "nodes": seg_nodes, "links": seg_links, "valves_to_close": closing},
-                element_refs=_refs("junction", junctions) + _refs("pipe", seg_links),
-            ),
-            AnalysisResult(
-                run=run,
-                sequence=2,
-                result_type="valves_to_close",
-                payload={"valves": closing},
-                element_refs=_refs(
-                    "pipe", sorted({c["link_id"] for c in closing if c["link_id"] in wn.pipe_name_list})
-                ),
-            ),
-            AnalysisResult(
-                run=run,
-                sequence=3,
-                result_type="segment_statistics",
-                payload={
-                    "segments": int(len(sizes)),
-                    "valves": int(len(valve_layer)),
-                    "largest_segment_nodes": int(seg_size["node"].max()),
-                    "largest_segment_links": int(seg_size["link"].max()),
-                },
-                element_refs=[],
-            ),
-        ]
-    )
+    valves = [(valve_fid(i), str(row["link"]), str(row["node"])) for i, row in valve_layer.iterrows()]
+    run, _ = demo_runner()(
+        project=project, kind="valve_isolation", params={"pipe_ids": [pipe_id]}, wn=wn, version=version,
+        run_id=run_id, title=f"Isolate the segment of {pipe_id}", created_at=created_at, valves=valves,
+    )  # fmt: skip
     return run, valve_layer
 
 
-def simulation_run(
-    *, project: Project, wn: WaterNetworkModel, start: datetime, hours: int, run_id: str, created_at: datetime
-) -> AnalysisRun:
-    """The daily extended-period simulation of demo B: the what-if simulation with no change, computed and
-    written by the analyses' own kind and writer (``analyses.kinds.simulation``, ``analyses.execute``), so
-    the demo's run and a utility's cannot drift apart."""
-    from analyses.execute import write_outcome
-    from analyses.kinds import kinds
+def valve_fid(index: object) -> str:
+    """The GIS feature id of the demo's valve ``index`` (its isolation_valves layer numbers them)."""
+    return f"IV-{50000 + int(str(index))}"
 
-    spec = kinds()["simulation"]
-    params = {"start": start.isoformat(), "duration_minutes": hours * 60}
-    si = spec.validate(params, wn=wn, unit_system=project.unit_system, project=project)
-    outcome = spec.compute(_copy.deepcopy(wn), si, project=project, progress=lambda _f, _m: None,
-                           unit_system=project.unit_system)  # fmt: skip
-    with transaction.atomic():
-        run = AnalysisRun.objects.create(
-            project=project, run_id=run_id, kind="simulation", status="succeeded", title="Daily extended-period "
-            "simulation", parameters=params, created_at=created_at, started_at=created_at + timedelta(seconds=2),
-            finished_at=created_at + timedelta(seconds=9), summary=outcome.summary,
-        )  # fmt: skip
-        write_outcome(run, outcome, wn, si)
+
+def simulation_run(
+    *, project: Project, wn: WaterNetworkModel, version: NetworkSource, start: datetime, hours: int, run_id: str,
+    created_at: datetime,
+) -> AnalysisRun:  # fmt: skip
+    """The daily extended-period simulation of demo B: the what-if simulation with no change."""
+    params = {"start": start.isoformat().replace("+00:00", "Z"), "duration_minutes": hours * 60}
+    run: AnalysisRun
+    run, _ = demo_runner()(
+        project=project, kind="simulation", params=params, wn=wn, version=version, run_id=run_id,
+        title="Daily extended-period simulation", created_at=created_at,
+    )  # fmt: skip
     return run
 
 

@@ -36,6 +36,7 @@ from queries.demo.seeders import DEMO_SEEDERS
 from queries.importer.copy import copy_rows, linestring_ewkt, point_ewkt
 from queries.importer.epanet import (
     NetworkGeometry,
+    add_model_version,
     delete_network,
     georeferencer_for,
     network_facts,
@@ -55,8 +56,10 @@ from queries.models import (
     ElementGisProperties,
     GisFeature,
     GisLayer,
+    IsolationValve,
     Junction,
     LinkBaseline,
+    NetworkSource,
     NodeBaseline,
     Observation,
     PeripheralPoint,
@@ -117,6 +120,8 @@ class _Network:
     wn: WaterNetworkModel
     geometry: NetworkGeometry
     results: object
+    #: The demo's model version (its .inp as imported), which its analysis runs pin.
+    version: NetworkSource | None = None
 
 
 def _run_demo_seeders(demo: Project, summary: SeedSummary | None = None) -> None:
@@ -168,9 +173,11 @@ def _prepare(
 
 
 def _clear(project: Project) -> None:
-    """Delete everything the demo owns under ``project`` (projects themselves keep their ids)."""
+    """Delete everything the demo owns under ``project`` (projects themselves keep their ids); the runs
+    first, since they pin the model versions."""
+    AnalysisRun.objects.filter(project=project).delete()
     delete_network(project.pk)
-    for model in (ScadaDevice, AnalysisRun, SensorPlacementRun, ElementGisProperties, GisLayer, WorkbenchRuntime,
+    for model in (ScadaDevice, SensorPlacementRun, ElementGisProperties, GisLayer, WorkbenchRuntime,
                   WorkOrder, Observation, TestData, PeripheralPoint):  # fmt: skip
         model.objects.filter(project=project).delete()
     Task.objects.filter(project=project).delete()
@@ -195,6 +202,12 @@ def seed_demo() -> SeedSummary:
         rng = np.random.default_rng(SEED)
         for n in (net, net_b):
             _add(summary, write_network(project_id=n.project.pk, wn=n.wn, geometry=n.geometry))
+            text = n.inp.read_text(encoding="utf-8")
+            n.version = add_model_version(project_id=n.project.pk, file_name=n.inp.name, inp_text=text,
+                                          imported_by="seed_demo")  # fmt: skip
+            n.version.imported_at = START - timedelta(days=9)  # fixed, like all of the demo's data
+            n.version.save(update_fields=["imported_at"])
+            _add(summary, {"model_version": 1})
             _add(summary, write_baseline(project_id=n.project.pk, wn=n.wn, results=n.results, start=START))
         _principals(issuer, demo, demo_b, summary)
         # The analyses first (they draw nothing from ``rng``): the SCADA readings near the burst read
@@ -333,11 +346,11 @@ def _burst_scenario(
 
 def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[demo_analysis.BurstOutcome, pd.DataFrame]:
     pid = net.project.pk
-    burst_pipe = BURST_PIPE
+    assert net.version is not None and net_b.version is not None
     outcome = demo_analysis.burst_run(
         project_id=pid,
         inp_path=net.inp,
-        pipe_id=burst_pipe,
+        pipe_id=BURST_PIPE,
         start=START,
         burst_hour=8.0,
         window=(6.0, 18.0),
@@ -347,8 +360,9 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[dem
         created_at=START + timedelta(hours=8, minutes=20),
     )
     _, valve_layer = demo_analysis.valve_isolation_run(
-        project_id=pid,
+        project=net.project,
         wn=net.wn,
+        version=net.version,
         pipe_id=outcome.pipe_id,
         seed=SEED % 1000,
         run_id="isolation-20261101-0830",
@@ -359,7 +373,7 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[dem
         created_at=START + timedelta(hours=11),
     )  # fmt: skip
     demo_analysis.simulation_run(
-        project=net_b.project, wn=net_b.wn, start=START + timedelta(hours=6), hours=24,
+        project=net_b.project, wn=net_b.wn, version=net_b.version, start=START + timedelta(hours=6), hours=24,
         run_id="simulation-20261101-0600", created_at=START + timedelta(hours=6),
     )  # fmt: skip
     _add(summary, {"analysis_run": 4})
@@ -468,17 +482,22 @@ def _gis(net: _Network, rng: np.random.Generator, valve_layer: pd.DataFrame | No
     lon, lat = net.geometry.node_lonlat[sorted(net.wn.junction_name_list)[0]]
     feats.append((mains.pk, "WM-199999", _jsonb({"MATERIAL": "CI", "INST_YEAR": 1962, "STATUS": "ABANDONED"}),
                   linestring_ewkt([(lon, lat), (lon + 0.001, lat + 0.0005)]), "", ""))  # fmt: skip
+    # The valve layer the isolation run used: a layer of kind ``valves``, as ``import_gis --as-valves``
+    # makes one, so that the demo's users can run valve isolation on it too.
     valves = GisLayer.objects.create(project_id=pid, layer_key="isolation_valves", name="Isolation valves",
-                                     geometry_type="Point", source_crs="EPSG:4326",
+                                     geometry_type="Point", source_crs="EPSG:4326", kind="valves",
                                      source_name="ArcGIS Enterprise, layer WS_VALVE", exported_at=exported)  # fmt: skip
+    isolation: list[IsolationValve] = []
     for i, row in valve_layer.iterrows():
-        link, node = str(row["link"]), str(row["node"])
+        link, node, fid = str(row["link"]), str(row["node"]), demo_analysis.valve_fid(i)
         lon, lat = net.geometry.node_lonlat[node]
         props = {"VALVE_NO": f"V{int(i):05d}", "ON_LINK": link, "NEAR_NODE": node, "TYPE": "GATE", "NORMAL_POS": "OPEN"}
-        feats.append((valves.pk, f"IV-{50000 + int(i)}", _jsonb(props), point_ewkt(lon, lat), "", ""))
+        feats.append((valves.pk, fid, _jsonb(props), point_ewkt(lon, lat), "", ""))
+        isolation.append(IsolationValve(layer=valves, source_fid=fid, link_id=link, node_id=node))
     n = copy_rows(GisFeature._meta.db_table,
                   ["layer_id", "source_fid", "properties", "geom", "element_type", "element_id"], feats)  # fmt: skip
-    _add(summary, {"gis_layer": 2, "gis_feature": n})
+    IsolationValve.objects.bulk_create(isolation)
+    _add(summary, {"gis_layer": 2, "gis_feature": n, "isolation_valve": len(isolation)})
 
 
 def _jsonb(value: object) -> str:

@@ -115,7 +115,7 @@ TOOLS: list[ToolSpec] = [
         name="list_analysis_results",
         title="Analysis run results",
         description="One page of an analysis run's typed results in sequence order (e.g. leak, "
-        "affected_nodes, isolation_segment, valves_to_close), optionally only one result_type.",
+        "affected_nodes, isolation_segment, demand_lost), optionally only one result_type.",
         input_schema=input_object(
             {
                 "run_id": RUN_ID,
@@ -147,7 +147,7 @@ TOOLS: list[ToolSpec] = [
         rest="analysis/runs/<str:run_id>/results",
         examples=(
             {"run_id": "isolation-20261101-0830"},
-            {"run_id": "isolation-20261101-0830", "result_type": "valves_to_close"},
+            {"run_id": "isolation-20261101-0830", "result_type": "demand_lost"},
         ),
     ),
     ToolSpec(

@@ -13,6 +13,8 @@ from django.core.management.base import CommandError
 from django.db import connection, models
 from django.test import override_settings
 
+from analyses.kinds import kinds
+from analyses.network import shared
 from contexts.models import ExecutionRequest, Membership, Principal, Project, Task, TaskReport, TaskRun
 from queries.demo.seed import DEMO_B_SLUG, DEMO_SLUG, seed_demo
 from queries.models import (
@@ -24,6 +26,7 @@ from queries.models import (
     ElementGisProperties,
     GisFeature,
     GisLayer,
+    IsolationValve,
     Job,
     Junction,
     LinkBaseline,
@@ -38,6 +41,8 @@ from queries.models import (
     WorkbenchRuntime,
     WorkOrder,
 )
+from queries.runs.inputs import input_sha256
+from queries.runs.isolation import isolate
 
 pytestmark = pytest.mark.usefixtures("demo_loaded")
 
@@ -201,8 +206,26 @@ def test_analysis_runs_were_computed(db: None) -> None:
     assert AnalysisLinkSeries.objects.filter(run=burst).count() == 3892 * 49
     assert (isolation.kind, isolation.status) == ("valve_isolation", "succeeded")
     segment = AnalysisResult.objects.get(run=isolation, result_type="isolation_segment").payload
-    assert burst.parameters["pipe_id"] in segment["links"]
-    assert len(segment["valves_to_close"]) >= 1
+    assert burst.parameters["pipe_id"] in segment["pipes"]
+    # The valves to close are valves of the demo's own valve layer (a layer of kind valves, as
+    # import_gis --as-valves makes one), so a demo user's valve isolation runs on the same layer.
+    layer = GisLayer.objects.get(project__slug=DEMO_SLUG, kind="valves")
+    valves = {(v.source_fid, v.link_id, v.node_id) for v in IsolationValve.objects.filter(layer=layer)}
+    closing = {(v["valve_id"], v["pipe_id"], v["node_id"]) for v in segment["valves_to_close"]}
+    assert closing and closing <= valves
+    demo_version = NetworkSource.objects.get(project=isolation.project)
+    direct = isolate(shared(demo_version), sorted(valves), [burst.parameters["pipe_id"]], frozenset())
+    assert closing == set(direct.valves_to_close) and segment["pipes"] == direct.pipes
+    # One code path: the demo's runs are the kinds' own, pinned to the demo's model version like a
+    # submitted run, with the engine and the hash of their canonical inputs.
+    for run in (isolation, runs["simulation-20261101-0600"]):
+        version = NetworkSource.objects.get(project=run.project)
+        assert run.model_version_id == version.pk and run.engine.startswith("EPANET 2.")
+        spec = kinds()[run.kind]
+        wn = shared(version)
+        si = spec.validate(run.parameters, wn=wn, unit_system=run.project.unit_system, project=run.project)
+        digest = input_sha256(kind=run.kind, parameters=si, model_sha256=version.sha256, engine=run.engine)
+        assert run.input_sha256 == digest and run.job_id is None and run.cost == {}
     failed = [r for r in runs.values() if r.status == "failed"]
     assert len(failed) == 1
     assert failed[0].error_code.startswith("EPANET_")

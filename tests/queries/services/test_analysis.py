@@ -128,11 +128,11 @@ def test_list_analysis_results_keeps_result_type(demo_call: Call) -> None:
     assert [i["element_refs"] for i in items] == [r.element_refs for r in stored]
     assert [p["data"]["total"] for p in pages] == [len(stored)] * len(pages)
     assert pages[-1]["data"]["has_more"] is False and pages[0]["data"]["has_more"] is True
-    only = structured(demo_call("list_analysis_results", {"run_id": ISOLATION, "result_type": "valves_to_close"}))
+    only = structured(demo_call("list_analysis_results", {"run_id": ISOLATION, "result_type": "demand_lost"}))
     assert [i["sequence"] for i in only["data"]["items"]] == [
-        r.sequence for r in stored if r.result_type == "valves_to_close"
+        r.sequence for r in stored if r.result_type == "demand_lost"
     ]
-    assert (only["data"]["total"], only["data"]["result_type"]) == (1, "valves_to_close")
+    assert (only["data"]["total"], only["data"]["result_type"]) == (1, "demand_lost")
     none = structured(demo_call("list_analysis_results", {"run_id": ISOLATION, "result_type": "leak"}))
     assert (none["data"]["items"], none["data"]["total"]) == ([], 0)
 
