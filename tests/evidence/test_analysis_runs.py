@@ -34,7 +34,7 @@ def fresh(world: EvidenceWorld) -> Investigation:
 @pytest.fixture
 def computed(world: EvidenceWorld) -> Iterator[AnalysisRun]:
     """A run of the demo project pinned to a model version of its own, with one result (committed, and
-    removed again with the version: a demo project has no model version of its own)."""
+    removed again with the version)."""
     version = add_model_version(project_id=world.demo.pk, file_name="evid.inp", inp_text="[TITLE]\n",
                                 imported_by="test")  # fmt: skip
     run = AnalysisRun.objects.create(

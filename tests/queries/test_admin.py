@@ -35,13 +35,13 @@ def superuser_client(db: None) -> Client:
 
 @pytest.fixture
 def job_rows(demo_loaded: None, db: None) -> None:
-    """A job, a kept .inp and a valve layer with its segments for the demo project (the demo seeds none of
-    them; rolled back with the test)."""
+    """A job, a second kept .inp and a second valve layer with its segments for the demo project (the demo
+    seeds model version 1 and its isolation_valves layer; rolled back with the test)."""
     from contexts.models import Project
     from queries.models import GisLayer, IsolationValve, Job, NetworkSource, ValveSegments
 
     project = Project.objects.get(slug="tianjin-demo")
-    source = NetworkSource.objects.create(project=project, version=1, file_name="Net6.inp",
+    source = NetworkSource.objects.create(project=project, version=2, file_name="Net6.inp",
                                           inp_text="[TITLE]\n[END]\n", sha256="0" * 64)  # fmt: skip
     valves = GisLayer.objects.create(project=project, layer_key="valves-admin", name="valves", geometry_type="Point",
                                      kind="valves")  # fmt: skip
