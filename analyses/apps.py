@@ -12,8 +12,14 @@ class AnalysesConfig(AppConfig):
     verbose_name = "Analyses"
 
     def ready(self) -> None:
-        from analyses.registration import register_demo_runner, register_job_kinds, register_tools
+        from analyses.registration import (
+            register_demo_runner,
+            register_job_kinds,
+            register_result_payloads,
+            register_tools,
+        )
 
         register_job_kinds()
         register_tools()
+        register_result_payloads()
         register_demo_runner()

@@ -1,6 +1,7 @@
 """What the analyses app adds to the project's registries, from ``AnalysesConfig.ready()``: one job kind
-per analysis kind (run by ``analyses.execute``, on the ``analysis`` queue), the analysis tools and the
-demo seeder's runner of its analysis runs. Light by design: nothing here imports the engine."""
+per analysis kind (run by ``analyses.execute``, on the ``analysis`` queue), the analysis tools, the
+payload models of their results and the demo seeder's runner of its analysis runs. Light by design: nothing
+here imports the engine."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ def register_demo_runner() -> None:
     from queries.demo.seeders import register_demo_runner as register
 
     register("analyses.demo.run_for_demo")
+
+
+def register_result_payloads() -> None:
+    from queries.schemas.result_payloads import register_result_payloads as register
+
+    register("analyses.kinds.result_models")
 
 
 def register_tools() -> None:

@@ -13,9 +13,9 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from analyses.kinds.base import AnalysisKind
+    from analyses.kinds.base import AnalysisKind, Payload
 
-__all__ = ["KINDS", "KIND_NAMES", "LABELS", "REST_PATHS", "TOOL_NAMES", "kinds"]
+__all__ = ["KINDS", "KIND_NAMES", "LABELS", "REST_PATHS", "TOOL_NAMES", "kinds", "result_models"]
 
 KIND_NAMES = ("simulation", "burst", "valve_isolation", "flushing", "contaminant")
 #: The MCP tool that submits each kind.
@@ -56,6 +56,12 @@ def kinds() -> dict[str, AnalysisKind]:
     built: list[AnalysisKind] = [SimulationKind(), BurstKind(), ValveIsolationKind(), FlushingKind(), ContaminantKind()]
     by_name = {kind.name: kind for kind in built}
     return {name: by_name[name] for name in KIND_NAMES}
+
+
+def result_models() -> dict[str, dict[str, type[Payload]]]:
+    """Each kind's payload model of each result type it writes (``list_analysis_results`` publishes them:
+    ``queries.schemas.result_payloads``)."""
+    return {name: dict(kind.results) for name, kind in kinds().items()}
 
 
 def __getattr__(name: str) -> dict[str, AnalysisKind]:

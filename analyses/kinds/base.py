@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
+from pydantic import BaseModel, Field
 
 from analyses.errors import InvalidArgument
-from queries.units import Shown, shown
+from queries.units import Shown, declared, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +63,23 @@ class Outcome:
     series: SimulationResults | None
     leak: tuple[str, pd.Series] | None
     start: datetime
+
+
+class Payload(BaseModel):
+    """A result's payload (its ``ResultRow.payload``, typed per kind and result type in the output schema of
+    ``list_analysis_results``): every quantity in the project's units, named in ``units``."""
+
+    units: dict[str, str] = Field(description="The unit of each quantity of the payload, by its field name.")
+
+
+def counted(description: str) -> Any:
+    """A count field (``x-quantity: count``)."""
+    return Field(description=description, json_schema_extra=declared("count"))
+
+
+def measured(name: str, description: str = "") -> Any:
+    """A field of quantity ``name`` (``queries.units``), in the project's units."""
+    return Field(description=description or None, json_schema_extra=declared(name))
 
 
 def unit(quantity: str, unit_system: str) -> Shown:
@@ -244,6 +262,8 @@ class AnalysisKind(ABC):
     example: ClassVar[dict[str, Any]]
     quality: bool = False
     scenarios: int = 1
+    #: The payload model of each result type the kind writes (published by ``list_analysis_results``).
+    results: ClassVar[dict[str, type[Payload]]]
 
     @abstractmethod
     def input_schema(self, unit_system: str) -> dict[str, Any]:

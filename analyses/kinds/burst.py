@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
@@ -20,10 +22,13 @@ from analyses.kinds.base import (
     START,
     AnalysisKind,
     Outcome,
+    Payload,
     Progress,
     ResultRow,
+    counted,
     from_si,
     link_ref,
+    measured,
     node_ref,
     object_schema,
     parse_utc,
@@ -35,13 +40,48 @@ from analyses.kinds.base import (
     window_shape,
     window_step,
 )
-from queries.units import Q_EMITTER, Q_FLOW, Q_PRESSURE, Q_VOLUME
+from queries.units import Q_EMITTER, Q_FLOW, Q_PRESSURE, Q_VOLUME, declared
 
 if TYPE_CHECKING:
     from wntr.network import WaterNetworkModel
 
     from contexts.models import Project
     from queries.runs.cost import RunShape
+
+
+class Leak(Payload):
+    """The burst itself: where, how big, and the water it lost over the window."""
+
+    node_id: str = Field(description="The burst point: the node that splits the pipe.")
+    pipe_id: str
+    position: float = Field(ge=0, le=1, json_schema_extra=declared("fraction"),
+                            description="Along the pipe, from its start node (0) to its end node (1).")  # fmt: skip
+    coefficient: float = measured(Q_EMITTER, "The emitter coefficient (q = C·p^0.5).")
+    coefficient_from_leak_flow: bool = Field(description="Whether the coefficient was derived from leak_flow.")
+    peak_flow: float = measured(Q_FLOW)
+    mean_flow: float = measured(Q_FLOW)
+    volume: float = measured(Q_VOLUME, "The water lost over the window.")
+
+
+class PressureDrop(BaseModel):
+    node_id: str
+    pressure_drop: float = measured(Q_PRESSURE)
+
+
+class AffectedNodes(Payload):
+    """The junctions whose pressure drops by more than the threshold, the most affected first."""
+
+    nodes: list[PressureDrop] = Field(description=f"The most affected first, at most {LIST_LIMIT}.")
+    count: int = counted("How many junctions are affected (all of them, listed or not).")
+    threshold: float = measured(Q_PRESSURE)
+
+
+class CustomersAffected(Payload):
+    """The customers the pressure drop reaches, weighed by their demand."""
+
+    demand_affected: float = measured(Q_FLOW, "The affected junctions' demand, averaged over the window.")
+    junctions: int = counted("The affected junctions.")
+
 
 DEFAULT_DROP_M = 1.0  # m of pressure head: the default pressure_drop_threshold, in SI
 STEP_S = 900
@@ -62,6 +102,9 @@ class BurstKind(AnalysisKind):
         "leak_flow": 0.01,
     }
     scenarios = 2
+    results: ClassVar[dict[str, type[Payload]]] = {
+        "leak": Leak, "affected_nodes": AffectedNodes, "customers_affected": CustomersAffected,
+    }  # fmt: skip
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
         default_drop = from_si(DEFAULT_DROP_M, Q_PRESSURE, unit_system)

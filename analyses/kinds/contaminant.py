@@ -12,8 +12,10 @@ the report time.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, Field
 
 from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
@@ -23,11 +25,14 @@ from analyses.kinds.base import (
     START,
     AnalysisKind,
     Outcome,
+    Payload,
     Progress,
     ResultRow,
+    counted,
     fixed_unit_field,
     id_list,
     iso_utc,
+    measured,
     node_ref,
     object_schema,
     parse_utc,
@@ -37,7 +42,7 @@ from analyses.kinds.base import (
     unknown_ids,
     window_step,
 )
-from queries.units import Q_VOLUME
+from queries.units import Q_VOLUME, declared
 
 if TYPE_CHECKING:
     from wntr.network import WaterNetworkModel
@@ -50,6 +55,45 @@ MASS_RATE = "mg/min"
 DEFAULT_THRESHOLD = 0.01  # mg/L
 STEP_S = 900
 QUALITY_STEP_S = 300
+
+
+def _mg_per_l(description: str) -> Any:
+    return Field(description=f"{description} (mg/L, whatever the unit system).", json_schema_extra=declared("own_unit"))
+
+
+class Arrival(BaseModel):
+    node_id: str
+    time: datetime = Field(description="The first instant it passes the threshold.")
+    minutes_after_start: float = Field(json_schema_extra=declared("count"), description="Minutes after the start.")
+
+
+class Arrivals(Payload):
+    """The nodes the contaminant reaches above the threshold, the earliest first."""
+
+    nodes: list[Arrival] = Field(description=f"The earliest first, at most {LIST_LIMIT}.")
+    count: int = counted("How many nodes it reaches.")
+    threshold: float = _mg_per_l("The threshold")
+
+
+class ExtentStep(BaseModel):
+    time: datetime
+    nodes_above: int = counted("Nodes above the threshold then.")
+    pipes_above: int = counted("Pipes above the threshold then.")
+
+
+class Extent(Payload):
+    """How far it has spread at each quality report step."""
+
+    steps: list[ExtentStep]
+    peak_nodes_above: int = counted("The most nodes above the threshold at once.")
+    threshold: float = _mg_per_l("The threshold")
+
+
+class Exposure(Payload):
+    """What customers consumed above the threshold, demand-weighted."""
+
+    mass: float = Field(json_schema_extra=declared("own_unit"), description="mg, whatever the unit system.")
+    volume: float = measured(Q_VOLUME)
 
 
 class ContaminantKind(AnalysisKind):
@@ -69,6 +113,7 @@ class ContaminantKind(AnalysisKind):
     }
     quality = True
     scenarios = 1
+    results: ClassVar[dict[str, type[Payload]]] = {"arrival": Arrivals, "extent": Extent, "exposure": Exposure}
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
         properties = {

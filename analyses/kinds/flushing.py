@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
@@ -20,10 +22,13 @@ from analyses.kinds.base import (
     START,
     AnalysisKind,
     Outcome,
+    Payload,
     Progress,
     ResultRow,
+    counted,
     id_list,
     link_ref,
+    measured,
     node_ref,
     object_schema,
     parse_utc,
@@ -43,6 +48,49 @@ if TYPE_CHECKING:
 
     from contexts.models import Project
     from queries.runs.cost import RunShape
+
+
+class FlushedPipe(BaseModel):
+    pipe_id: str
+    max_velocity: float = measured(Q_VELOCITY)
+    direction: str = Field(description="start_to_end or end_to_start, when the velocity peaked.")
+
+
+class PipesFlushed(Payload):
+    """The pipes that reach the target velocity, the fastest first."""
+
+    pipes: list[FlushedPipe] = Field(description=f"The fastest first, at most {LIST_LIMIT}.")
+    count: int = counted("How many pipes reach the target velocity.")
+    target_velocity: float = measured(Q_VELOCITY)
+
+
+class HydrantPressure(BaseModel):
+    node_id: str
+    lowest_pressure: float = measured(Q_PRESSURE)
+
+
+class NodePressure(BaseModel):
+    node_id: str
+    pressure: float = measured(Q_PRESSURE)
+
+
+class FlushingPressure(Payload):
+    """The lowest pressure at each hydrant, and the network's minimum while flushing."""
+
+    hydrants: list[HydrantPressure]
+    network_minimum: NodePressure
+
+
+class Source(BaseModel):
+    node_id: str
+    extra_outflow: float = measured(Q_FLOW, "What it supplies beyond the baseline while flushing.")
+
+
+class FlushingSources(Payload):
+    """Where the flushing water comes from."""
+
+    sources: list[Source]
+
 
 #: The default target velocity in each unit system's own units (a round number in each).
 DEFAULT_TARGET = {"SI": 0.75, "US": 2.5}
@@ -64,6 +112,9 @@ class FlushingKind(AnalysisKind):
         "duration_minutes": 60,
     }
     scenarios = 2
+    results: ClassVar[dict[str, type[Payload]]] = {
+        "pipes_flushed": PipesFlushed, "pressure": FlushingPressure, "sources": FlushingSources,
+    }  # fmt: skip
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
         one_flow = quantity_field(Q_FLOW, unit_system, "A hydrant's flow.", exclusiveMinimum=0)

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
     DURATION,
@@ -25,10 +27,13 @@ from analyses.kinds.base import (
     START,
     AnalysisKind,
     Outcome,
+    Payload,
     Progress,
     ResultRow,
+    counted,
     from_si,
     iso_utc,
+    measured,
     node_ref,
     object_schema,
     parse_utc,
@@ -94,6 +99,37 @@ def _change_schema(unit_system: str) -> dict[str, Any]:
     }}  # fmt: skip
 
 
+class BelowThreshold(BaseModel):
+    node_id: str
+    lowest_pressure: float = measured(Q_PRESSURE)
+    time: datetime | None = Field(description="When it was lowest.")
+
+
+class TankLevels(BaseModel):
+    tank_id: str
+    level_start: float = measured(Q_LENGTH, "Above the tank's bottom.")
+    level_end: float = measured(Q_LENGTH)
+    level_lowest: float = measured(Q_LENGTH)
+    level_highest: float = measured(Q_LENGTH)
+    empty_at: datetime | None = Field(description="When it emptied, if it did.")
+
+
+class SimulationSummary(Payload):
+    """The window at a glance: the lowest pressure and where, the junctions below the threshold, the tanks."""
+
+    min_pressure: float = measured(Q_PRESSURE)
+    min_pressure_node: str
+    min_pressure_time: datetime | None
+    pressure_threshold: float = measured(Q_PRESSURE)
+    junctions_below_threshold: int = counted("How many junctions fall below the threshold.")
+    demand_model: str
+    changes: int = counted("The changes applied.")
+    controls_removed: list[str] = Field(description="The model's controls a change overrode.")
+    tanks_emptied: list[str]
+    junctions_below: list[BelowThreshold] = Field(description=f"The lowest first, at most {LIST_LIMIT}.")
+    tanks: list[TankLevels]
+
+
 class SimulationKind(AnalysisKind):
     """A what-if run: the lowest pressure and where, the junctions below a threshold, the tanks' levels."""
 
@@ -107,6 +143,7 @@ class SimulationKind(AnalysisKind):
         "duration_minutes": 360,
         "changes": [{"type": "pump", "pump_id": "PUMP-3829", "status": "off", "at": "2026-11-01T07:00:00Z"}],
     }
+    results: ClassVar[dict[str, type[Payload]]] = {"summary": SimulationSummary}
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
         threshold = DEFAULT_THRESHOLD[unit_system]

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel, Field
+
 from analyses.errors import InvalidArgument
 from analyses.kinds import LABELS, REST_PATHS, TOOL_NAMES
 from analyses.kinds.base import (
@@ -25,11 +27,14 @@ from analyses.kinds.base import (
     START,
     AnalysisKind,
     Outcome,
+    Payload,
     Progress,
     ResultRow,
+    counted,
     id_list,
     iso_utc,
     link_ref,
+    measured,
     node_ref,
     object_schema,
     parse_utc,
@@ -50,6 +55,53 @@ if TYPE_CHECKING:
     from contexts.models import Project
     from queries.runs.cost import RunShape
 
+
+class ValveToClose(BaseModel):
+    valve_id: str = Field(description="The valve's id in the valve layer (its feature id).")
+    pipe_id: str = Field(description="The pipe it sits on.")
+    node_id: str = Field(description="The node it sits next to.")
+
+
+class IsolationSegment(Payload):
+    """The valves to close and what they shut in: the pipes and junctions inside."""
+
+    valves_to_close: list[ValveToClose]
+    pipes: list[str]
+    junctions: list[str]
+
+
+class OutageSegments(Payload):
+    """What loses its supply because the isolation cuts it from every source."""
+
+    nodes: list[str]
+    links: list[str]
+    node_count: int = counted("Nodes cut off.")
+    link_count: int = counted("Links cut off.")
+
+
+class DemandLost(Payload):
+    demand_lost: float = measured(Q_FLOW, "The base demand of the junctions inside and cut off.")
+    junctions: int = counted("The junctions inside and cut off.")
+
+
+class LowPressure(BaseModel):
+    node_id: str
+    lowest_pressure: float = measured(Q_PRESSURE)
+    time: datetime = Field(description="When it was lowest.")
+    cut_off: bool = Field(description="Inside the segment or cut off by it.")
+
+
+class CheckedNodes(Payload):
+    """The hydraulic check: junctions under the threshold with the valves closed (pressure-driven)."""
+
+    nodes: list[LowPressure] = Field(description=f"The lowest first, at most {LIST_LIMIT}.")
+    count: int = counted("How many junctions are under the threshold.")
+    outside_segment: int = counted("Of them, outside the segment and its outage.")
+    pressure_threshold: float = measured(Q_PRESSURE)
+    demand_model: str
+    links_closed: int = counted("The links closed for the check.")
+
+
 #: What the cost model is told: graph work as cheap as one hydraulic step of one hour.
 SHAPE_HOURS = 1.0
 CHECK_STEP_S = 900
@@ -68,6 +120,10 @@ class ValveIsolationKind(AnalysisKind):
     #: Example arguments against the demo utility (its network: JUNCTION-n, LINK-n).
     example: ClassVar[dict[str, Any]] = {"pipe_ids": ["LINK-1523"]}
     scenarios = 1
+    results: ClassVar[dict[str, type[Payload]]] = {
+        "isolation_segment": IsolationSegment, "outage_segments": OutageSegments, "demand_lost": DemandLost,
+        "affected_nodes": CheckedNodes,
+    }  # fmt: skip
 
     def input_schema(self, unit_system: str) -> dict[str, Any]:
         threshold = DEFAULT_THRESHOLD[unit_system]

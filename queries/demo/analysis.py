@@ -51,6 +51,7 @@ from queries.models import (
     SensorPlacementRun,
 )
 from queries.runs.engine import EngineFailure, run_epanet
+from queries.units import Q_EMITTER, Q_FLOW, Q_PRESSURE, Q_VOLUME, Shown, shown
 
 if TYPE_CHECKING:
     from contexts.models import Project
@@ -82,8 +83,10 @@ def burst_run(
     emitter_coefficient: float,
     run_id: str,
     created_at: datetime,
+    unit_system: str = "SI",
 ) -> BurstOutcome:
-    """Simulate a burst at the start node of ``pipe_id`` and store the run, results and series."""
+    """Simulate a burst at the start node of ``pipe_id`` and store the run, its results (in
+    ``unit_system``, the project's) and its series."""
     wn = WaterNetworkModel(str(inp_path))
     pipe = wn.get_link(pipe_id)
     node_id = pipe.start_node_name
@@ -114,6 +117,10 @@ def burst_run(
     junction_drop = at_peak[list(base_wn.junction_name_list)].sort_values(ascending=False)
     affected = junction_drop[junction_drop > 1.0]
     lost_m3 = float(np.trapezoid(leak_after.to_numpy(dtype=float), leak_after.index.to_numpy(dtype=float)))
+    peak = float(leak_after.max())
+    during = baseline.node["demand"].loc[int(burst_hour * 3600) : t1, list(affected.index)]
+    demand_affected = float(during.mean().sum()) if len(affected) else 0.0
+    flow, volume, pressure, emitter = (_shown(q, unit_system) for q in (Q_FLOW, Q_VOLUME, Q_PRESSURE, Q_EMITTER))
 
     run = AnalysisRun.objects.create(
         project_id=project_id,
@@ -135,39 +142,34 @@ def burst_run(
         started_at=created_at + timedelta(seconds=5),
         finished_at=created_at + timedelta(seconds=47),
         summary={
-            "peak_leak_flow_m3s": round(float(leak_after.max()), 6),
-            "leak_volume_m3": round(lost_m3, 1),
-            "junctions_with_pressure_drop_over_1m": len(affected),
-            "max_pressure_drop_m": round(float(junction_drop.iloc[0]), 3),
-        },
+            "volume": volume(lost_m3),
+            "peak_flow": flow(peak),
+            "affected_nodes": len(affected),
+            "demand_affected": flow(demand_affected),
+            "units": {"volume": volume.label, "peak_flow": flow.label, "demand_affected": flow.label},
+        },  # fmt: skip
     )
+    # The burst kind's result types and payloads (``analyses.kinds.burst``: list_analysis_results publishes
+    # their models), in the project's units; the burst point is the junction the burst node hangs off.
     results_rows = [
-        AnalysisResult(
-            run=run,
-            sequence=1,
-            result_type="leak",
-            payload={
-                "node_id": node_id,
-                "pipe_id": pipe_id,
-                "peak_flow_m3s": round(float(leak_after.max()), 6),
-                "mean_flow_m3s": round(float(leak_after.mean()), 6),
-                "volume_m3": round(lost_m3, 1),
-            },
-            element_refs=_refs("junction", [node_id]) + _refs("pipe", [pipe_id]),
-        ),
-        AnalysisResult(
-            run=run,
-            sequence=2,
-            result_type="affected_nodes",
-            payload={
-                "threshold_m": 1.0,
-                "at": (start + timedelta(seconds=int(burst_hour * 3600) + 2 * step)).isoformat(),
-                "pressure_drop_m": {k: round(float(v), 3) for k, v in affected.head(50).items()},
-                "count": len(affected),
-            },
-            element_refs=_refs("junction", list(affected.head(50).index)),
-        ),
-    ]
+        AnalysisResult(run=run, sequence=1, result_type="leak", payload={
+            "node_id": node_id, "pipe_id": pipe_id, "position": 0.0, "coefficient": emitter(emitter_coefficient),
+            "coefficient_from_leak_flow": False, "peak_flow": flow(peak),
+            "mean_flow": flow(float(leak_after.mean())), "volume": volume(lost_m3),
+            "units": {"coefficient": emitter.label, "peak_flow": flow.label, "mean_flow": flow.label,
+                      "volume": volume.label},
+        }, element_refs=_refs("junction", [node_id]) + _refs("pipe", [pipe_id])),
+        AnalysisResult(run=run, sequence=2, result_type="affected_nodes", payload={
+            "nodes": [{"node_id": k, "pressure_drop": pressure(float(v))} for k, v in affected.head(50).items()],
+            "count": len(affected), "threshold": pressure(1.0),
+            "at": (start + timedelta(seconds=int(burst_hour * 3600) + 2 * step)).isoformat(),
+            "units": {"pressure_drop": pressure.label, "threshold": pressure.label},
+        }, element_refs=_refs("junction", list(affected.head(50).index))),
+        AnalysisResult(run=run, sequence=3, result_type="customers_affected", payload={
+            "demand_affected": flow(demand_affected), "junctions": len(affected),
+            "units": {"demand_affected": flow.label},
+        }),
+    ]  # fmt: skip
     AnalysisResult.objects.bulk_create(results_rows)
 
     # Series of the real network's elements over the window (the artificial burst node/link are
@@ -199,6 +201,13 @@ def burst_run(
         link_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_links),
     )
     return BurstOutcome(run=run, pipe_id=pipe_id, node_id=node_id)
+
+
+def _shown(quantity: str, unit_system: str) -> Shown:
+    found = shown(quantity, unit_system=unit_system)
+    if found is None:
+        raise ValueError(f"no unit for {quantity!r} in {unit_system!r}")
+    return found
 
 
 def _window_series(series: pd.Series, t0: int, t1: int) -> pd.Series:

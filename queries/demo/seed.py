@@ -302,7 +302,9 @@ def _scada(
 def _near_burst(net: _Network, burst: demo_analysis.BurstOutcome) -> list[str]:
     """Demand junctions within ``NEAR_BURST_M`` of the burst junction where the run computed a pressure
     drop over 1 m (its ``affected_nodes`` result), nearest first."""
-    drops = AnalysisResult.objects.get(run=burst.run, result_type="affected_nodes").payload["pressure_drop_m"]
+    affected = AnalysisResult.objects.get(run=burst.run, result_type="affected_nodes").payload
+    assert affected["units"]["pressure_drop"] == "m"  # the demo utility is SI
+    drops = {n["node_id"]: n["pressure_drop"] for n in affected["nodes"]}
     at = net.geometry.node_lonlat[burst.node_id]
     near = [
         (demo_scada.planar_m(at, net.geometry.node_lonlat[j]), j)
@@ -357,6 +359,7 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[dem
         step_minutes=STEP_MINUTES,
         emitter_coefficient=0.03,
         run_id="burst-20261101-0800",
+        unit_system=net.project.unit_system,
         created_at=START + timedelta(hours=8, minutes=20),
     )
     _, valve_layer = demo_analysis.valve_isolation_run(

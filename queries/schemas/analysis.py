@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from queries.schemas.common import Page, ResultEnvelope
 from queries.schemas.network import ElementType
+from queries.schemas.result_payloads import page_schema
 from queries.units import BY_FIELD, declared
 
 RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
@@ -89,7 +90,9 @@ class ElementRef(BaseModel):
 
 class AnalysisResultItem(BaseModel):
     """One result of a run, typed by ``result_type`` (e.g. ``leak``, ``affected_nodes``,
-    ``isolation_segment``) with its payload and the elements it refers to."""
+    ``isolation_segment``) with its payload and the elements it refers to. The page's schema says what
+    each kind's payload of each result type holds (``queries.schemas.result_payloads``); every quantity
+    in a payload is in the project's units, named in the payload's ``units``."""
 
     sequence: int = Field(json_schema_extra=declared("index"))
     result_type: str
@@ -98,9 +101,13 @@ class AnalysisResultItem(BaseModel):
 
 
 class AnalysisResultPage(Page[AnalysisResultItem]):
-    """Results of one run in sequence order, optionally of one ``result_type`` only."""
+    """Results of one run in sequence order, optionally of one ``result_type`` only; ``kind`` is the run's
+    (its results' payloads are typed by kind and result type)."""
+
+    model_config = ConfigDict(json_schema_extra=page_schema)
 
     run_id: str
+    kind: str
     result_type: str | None
 
 

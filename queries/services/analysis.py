@@ -240,7 +240,7 @@ def _run_with_count(project_id: int, run_id: str, *result_type: str) -> Any:
     statement factory (the count is compiled once with and once without a type, then bound)."""
     matching = Q(results__result_type=result_type[0]) if result_type else Q()
     runs = AnalysisRun.objects.filter(project_id=project_id, run_id=run_id)
-    return runs.annotate(n=Count("results", filter=matching)).values("pk", "n")[:1]
+    return runs.annotate(n=Count("results", filter=matching)).values("pk", "kind", "n")[:1]
 
 
 @collection()
@@ -283,6 +283,7 @@ def list_analysis_results(
         offset=page.offset,
         has_more=page.offset + len(items) < total,
         run_id=run_id,
+        kind=run["kind"],
         result_type=result_type,
     )
     return AnalysisResultListResult(

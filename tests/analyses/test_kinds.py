@@ -21,10 +21,13 @@ from analyses.kinds.base import AnalysisKind, Outcome
 from contexts.errors import InvalidParameter
 from contexts.models import Project
 from queries.importer.epanet import wntr_network_path
+from queries.registry import tools_by_name
 from queries.runs.burst import BURST_NODE, burst
 from queries.runs.contaminant import contaminant
 from queries.runs.flushing import flushing
 from queries.runs.isolation import isolate
+from queries.schemas.result_payloads import inline
+from queries.units import QUANTITIES
 
 #: Independent unit constants (exact by definition, or the conventional water column): not queries.units.
 GPM = 3.785411784e-3 / 60  # m³/s per US gallon per minute
@@ -70,7 +73,67 @@ def _run(kind: str, params: dict[str, Any], project: Project) -> Outcome:
                            unit_system=project.unit_system, valves=VALVES)  # fmt: skip
     assert seen == sorted(seen) and seen[0] <= 0.1 and seen[-1] >= 0.9
     json.dumps([outcome.summary, [r.payload for r in outcome.results]])  # JSON-able
+    for row in outcome.results:
+        _check_typed(spec, row.result_type, row.payload)
     return outcome
+
+
+def _check_typed(spec: AnalysisKind, result_type: str, payload: dict[str, Any]) -> None:
+    """``payload`` is what the kind's model of ``result_type`` publishes (its inlined JSON Schema, as
+    list_analysis_results' output schema carries it), and names the unit of every quantity it holds."""
+    model = spec.results[result_type]  # every result type a kind writes has its model
+    schema = inline(model)
+    Draft202012Validator(schema).validate(payload)
+    model.model_validate(payload)
+
+    def quantities(node: Any) -> set[str]:
+        found: set[str] = set()
+        if isinstance(node, dict):
+            for name, sub in node.get("properties", {}).items():
+                if isinstance(sub, dict) and sub.get("x-quantity") in QUANTITIES:
+                    found.add(name)
+            for sub in node.values():
+                found |= quantities(sub)
+        elif isinstance(node, list):
+            for sub in node:
+                found |= quantities(sub)
+        return found
+
+    assert quantities(schema) <= set(payload["units"]), (result_type, quantities(schema), payload["units"])
+
+
+def test_the_results_page_types_each_kinds_payloads() -> None:
+    """list_analysis_results' output schema holds each kind's payload model of each result type: a burst's
+    leak without its volume is refused, the same payload under a result type no kind writes is not."""
+    schema = tools_by_name()["list_analysis_results"].output_schema
+    rules = {r["if"]["properties"]["kind"]["const"]: r for r in schema["$defs"]["AnalysisResultPage"]["allOf"]}
+    assert set(rules) == set(KIND_NAMES)
+    for name, spec in kinds().items():
+        typed = rules[name]["then"]["properties"]["items"]["items"]["allOf"]
+        assert {t["if"]["properties"]["result_type"]["const"] for t in typed} == set(spec.results)
+    leak = {"node_id": "N", "pipe_id": "P", "position": 0.5, "coefficient": 0.1, "coefficient_from_leak_flow": False,
+            "peak_flow": 1.0, "mean_flow": 0.5, "units": {"peak_flow": "L/s"}}  # fmt: skip
+    item = {"sequence": 1, "result_type": "leak", "payload": leak, "element_refs": []}
+    page = {"items": [item], "total": 1, "limit": 50, "offset": 0, "has_more": False, "run_id": "r", "kind": "burst",
+            "result_type": None}  # fmt: skip
+    envelope = {"source": "s", "source_ref": "r", "queried_at": "2026-11-01T00:00:00Z", "origin": "analysis_run",
+                "data": page, "page": {"total": 1, "limit": 50, "offset": 0, "has_more": False, "next_offset": None},
+                "units": {}}  # fmt: skip
+    validator = Draft202012Validator(schema)
+    errors = list(validator.iter_errors(envelope))
+    assert errors and any("volume" in e.message for e in _leaves(errors)), [e.message for e in errors]
+    assert not list(validator.iter_errors({**envelope, "data": {**page, "items": [
+        {**page["items"][0], "payload": {**leak, "volume": 2.0}}]}}))  # fmt: skip
+    untyped = {**page, "items": [{**page["items"][0], "result_type": "leak_estimate"}]}
+    assert not list(validator.iter_errors({**envelope, "data": untyped}))
+
+
+def _leaves(errors: list[Any]) -> list[Any]:
+    out = []
+    for error in errors:
+        out.append(error)
+        out.extend(_leaves(list(error.context or [])))
+    return out
 
 
 def _row(outcome: Outcome, result_type: str) -> dict[str, Any]:

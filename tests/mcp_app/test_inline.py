@@ -212,13 +212,18 @@ def analysis_results(payload_sizes: list[int]) -> dict[str, Any]:
         {
             "sequence": n + 1,
             "result_type": "affected_nodes",
-            "payload": {"nodes": [f"JUNCTION-{i}" for i in range(size)]},
+            "payload": {
+                "nodes": [{"node_id": f"JUNCTION-{i}", "pressure_drop": 1.5} for i in range(size)],
+                "count": size,
+                "threshold": 1.0,
+                "units": {"pressure_drop": "m", "threshold": "m"},
+            },
             "element_refs": [{"element_type": "junction", "element_id": f"JUNCTION-{i}"} for i in range(min(size, 3))],
         }
         for n, size in enumerate(payload_sizes)
     ]
     page = {"total": len(items) + 10, "limit": len(items), "offset": 0, "has_more": True}
-    data = {"items": items, **page, "run_id": "burst-1", "result_type": None}
+    data = {"items": items, **page, "run_id": "burst-1", "kind": "burst", "result_type": None}
     return envelope(data, source="analysis", origin="analysis_run", page=page)
 
 

@@ -198,7 +198,10 @@ def test_analysis_runs_were_computed(db: None) -> None:
     runs = {r.run_id: r for r in AnalysisRun.objects.filter(project__slug__in=[DEMO_SLUG, DEMO_B_SLUG])}
     burst, isolation = runs["burst-20261101-0800"], runs["isolation-20261101-0830"]
     assert (burst.kind, burst.status) == ("burst", "succeeded")
-    assert burst.summary["peak_leak_flow_m3s"] > 0.02
+    assert burst.summary["peak_flow"] > 0.02 and burst.summary["units"]["peak_flow"] == "m3/s"
+    # Its results are the burst kind's result types, each a payload its model admits.
+    for result in AnalysisResult.objects.filter(run__project__slug=DEMO_SLUG, run__kind__in=list(kinds())):
+        kinds()[result.run.kind].results[result.result_type].model_validate(result.payload)
     leak = AnalysisNodeSeries.objects.filter(run=burst, leak_demand__isnull=False)
     assert set(leak.values_list("element_id", flat=True)) == {burst.parameters["node_id"]}
     assert leak.filter(time__lt=datetime(2026, 11, 1, 8, tzinfo=UTC), leak_demand__gt=1e-4).count() == 0
