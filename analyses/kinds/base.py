@@ -82,6 +82,18 @@ def measured(name: str, description: str = "") -> Any:
     return Field(description=description or None, json_schema_extra=declared(name))
 
 
+def begin(wn: WaterNetworkModel, start: datetime, project: Project) -> dict[str, Any]:
+    """Ready ``wn`` for a run from ``start``: patterns on the project's local clock, and the network's
+    state then — the stored baseline's (tank levels, pumps and valves) at its last instant at or before
+    ``start`` within an hour, else the model file's initial state. Returns what the run's summary says of
+    it (``initial_state``)."""
+    from queries.importer.baseline_window import align_patterns, start_from_baseline
+
+    align_patterns(wn, start, project)
+    at = start_from_baseline(wn, project, start)
+    return {"initial_state": "the model file's" if at is None else f"the stored baseline's at {iso_utc(at)}"}
+
+
 def unit(quantity: str, unit_system: str) -> Shown:
     """How ``quantity`` is shown in ``unit_system`` (``ValueError`` for a system or quantity without one)."""
     found = shown(quantity, unit_system=unit_system)

@@ -25,6 +25,7 @@ from analyses.kinds.base import (
     Payload,
     Progress,
     ResultRow,
+    begin,
     counted,
     from_si,
     link_ref,
@@ -150,12 +151,11 @@ class BurstKind(AnalysisKind):
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip
-        from queries.importer.baseline_window import align_patterns
         from queries.runs.burst import BurstError, burst
 
         start = parse_utc(si["start"])
         duration_s = int(si["duration_minutes"]) * 60
-        align_patterns(wn, start, project)
+        initial = begin(wn, start, project)
         progress(0.1, f"Simulating the burst of pipe {si['pipe_id']} and its baseline.")
         try:
             result = burst(wn, pipe_id=si["pipe_id"], hours=duration_s / 3600, position=float(si["position"]),
@@ -187,6 +187,7 @@ class BurstKind(AnalysisKind):
             "units": {"demand_affected": flow.label},
         })  # fmt: skip
         summary = {
+            **initial,
             "volume": volume(result.volume), "peak_flow": flow(result.peak_flow),
             "affected_nodes": len(result.affected), "demand_affected": flow(result.demand_affected),
             "units": {"volume": volume.label, "peak_flow": flow.label, "demand_affected": flow.label},

@@ -28,6 +28,7 @@ from analyses.kinds.base import (
     Payload,
     Progress,
     ResultRow,
+    begin,
     counted,
     fixed_unit_field,
     id_list,
@@ -166,11 +167,10 @@ class ContaminantKind(AnalysisKind):
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip
-        from queries.importer.baseline_window import align_patterns
         from queries.runs.contaminant import ContaminantError, contaminant
 
         start = parse_utc(si["start"])
-        align_patterns(wn, start, project)
+        initial = begin(wn, start, project)
         step, quality_step = self._steps(si)
         progress(0.1, f"Simulating the injection at {len(si['injection_node_ids'])} node(s).")
         try:
@@ -203,6 +203,7 @@ class ContaminantKind(AnalysisKind):
             "units": {"mass": "mg", "volume": volume.label},
         })  # fmt: skip
         summary = {
+            **initial,
             "nodes_reached": len(reached), "first_arrival": at(reached[0][1]) if reached else None,
             "mass_consumed": float(f"{result.mass_consumed:.6g}"), "volume_consumed": volume(result.volume_consumed),
             "units": {"mass_consumed": "mg", "volume_consumed": volume.label},

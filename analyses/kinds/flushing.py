@@ -25,6 +25,7 @@ from analyses.kinds.base import (
     Payload,
     Progress,
     ResultRow,
+    begin,
     counted,
     id_list,
     link_ref,
@@ -155,12 +156,11 @@ class FlushingKind(AnalysisKind):
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip
-        from queries.importer.baseline_window import align_patterns
         from queries.runs.flushing import FlushingError, flushing
 
         start = parse_utc(si["start"])
         duration_s = int(si["duration_minutes"]) * 60
-        align_patterns(wn, start, project)
+        initial = begin(wn, start, project)
         hydrants = dict(zip(si["hydrant_node_ids"], si["flow"], strict=True))
         progress(0.1, f"Simulating {len(hydrants)} open hydrant(s) and the baseline.")
         try:
@@ -188,6 +188,7 @@ class FlushingKind(AnalysisKind):
             "units": {"extra_outflow": flow.label},
         }, [node_ref(wn, n) for n, _ in result.sources])  # fmt: skip
         summary = {
+            **initial,
             "pipes_flushed": len(result.pipes_flushed), "min_pressure": pressure(result.min_pressure),
             "min_pressure_node": result.min_pressure_node, "total_hydrant_flow": flow(sum(hydrants.values())),
             "units": {"min_pressure": pressure.label, "total_hydrant_flow": flow.label},

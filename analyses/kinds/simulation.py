@@ -30,6 +30,7 @@ from analyses.kinds.base import (
     Payload,
     Progress,
     ResultRow,
+    begin,
     counted,
     from_si,
     iso_utc,
@@ -257,12 +258,11 @@ class SimulationKind(AnalysisKind):
 
     def compute(self, wn: WaterNetworkModel, si: Mapping[str, Any], *, project: Project, progress: Progress,
                 unit_system: str, valves: Sequence[tuple[str, str, str]] | None = None) -> Outcome:  # fmt: skip
-        from queries.importer.baseline_window import align_patterns
         from queries.runs.simulation import Change, SimulationError, what_if
 
         start = parse_utc(si["start"])
         duration_s = int(si["duration_minutes"]) * 60
-        align_patterns(wn, start, project)
+        initial = begin(wn, start, project)
         changes = [Change(c["type"], c["target"], int(c["at_s"]), c["status"], float(c["value"]),
                           _district(project, c["district"])) for c in si["changes"]]  # fmt: skip
         progress(0.1, f"Simulating {duration_s // 60} minutes with {len(changes)} change(s).")
@@ -284,6 +284,7 @@ class SimulationKind(AnalysisKind):
                   "level_lowest": length(t.lowest), "level_highest": length(t.highest), "empty_at": at(t.empty_at_s)}
                  for t in result.tanks]  # fmt: skip
         summary = {
+            **initial,
             "min_pressure": pressure(result.min_pressure), "min_pressure_node": result.min_pressure_node,
             "min_pressure_time": at(result.min_pressure_at_s),
             "pressure_threshold": pressure(float(si["pressure_threshold"])),

@@ -30,6 +30,7 @@ from analyses.kinds.base import (
     Payload,
     Progress,
     ResultRow,
+    begin,
     counted,
     id_list,
     iso_utc,
@@ -219,22 +220,22 @@ class ValveIsolationKind(AnalysisKind):
         if not check:
             return Outcome(summary, rows, None, None, now)
         progress(0.5, "Checking the network with the valves closed (pressure-driven).")
-        affected, series, start = self._check(wn, check, result, project, unit_system)
+        affected, series, start, initial = self._check(wn, check, result, project, unit_system)
         progress(0.9, "Summarising the hydraulic check.")
         rows.append(affected)
         summary["affected_nodes"] = affected.payload["count"]
+        summary.update(initial)
         return Outcome(summary, rows, series, None, start)
 
     @staticmethod
     def _check(wn: WaterNetworkModel, check: Mapping[str, Any], result: Any, project: Project,
-               unit_system: str) -> tuple[ResultRow, Any, datetime]:  # fmt: skip
+               unit_system: str) -> tuple[ResultRow, Any, datetime, dict[str, Any]]:  # fmt: skip
         """The PDD run with the segment's and the valves' links closed, and its ``affected_nodes``."""
-        from queries.importer.baseline_window import align_patterns
         from queries.runs.simulation import LINK_STATUS, Change, what_if
 
         start = parse_utc(check["start"])
         duration_s = int(check["duration_minutes"]) * 60
-        align_patterns(wn, start, project)
+        initial = begin(wn, start, project)
         closed = sorted({*result.pipes, *(link for _, link, _ in result.valves_to_close)})
         sim = what_if(wn, changes=[Change(LINK_STATUS, link, status="closed") for link in closed],
                       hours=duration_s / 3600, threshold=float(check["pressure_threshold"]),
@@ -252,4 +253,4 @@ class ValveIsolationKind(AnalysisKind):
             "links_closed": len(closed),
             "units": {"lowest_pressure": pressure.label, "pressure_threshold": pressure.label},
         }, [node_ref(wn, p.node_id) for p in listed])  # fmt: skip
-        return affected, sim.results, start
+        return affected, sim.results, start, initial
