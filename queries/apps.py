@@ -38,8 +38,9 @@ class QueriesConfig(AppConfig):
 
 
 def _register_job_kinds() -> None:
-    """This app's job kinds (``queries.jobrunner``): the baseline runs on the runner; the imports run in
-    their commands and are recorded as jobs of their kind."""
+    """This app's job kinds (``queries.jobrunner``): the baseline and the SCADA imports run on the runner
+    (the imports in their command's process, ``run_now``); the network and GIS imports run in their
+    commands and are recorded as jobs of their kind."""
     from queries.jobrunner.registry import JobKindSpec, register
     from queries.models.jobs import JobKind
 
@@ -52,5 +53,10 @@ def _register_job_kinds() -> None:
             hard_limit_s=4 * 3600 + 300,
         )
     )
-    for kind in (JobKind.SCADA_DEVICES, JobKind.SCADA_IMPORT, JobKind.NETWORK_IMPORT, JobKind.GIS_IMPORT):
+    for kind, run in (
+        (JobKind.SCADA_DEVICES, "queries.services.scada_jobs.run_scada_devices_job"),
+        (JobKind.SCADA_IMPORT, "queries.services.scada_jobs.run_scada_import_job"),
+    ):
+        register(JobKindSpec(name=kind.value, label=str(kind.label), run=run))
+    for kind in (JobKind.NETWORK_IMPORT, JobKind.GIS_IMPORT):
         register(JobKindSpec(name=kind.value, label=str(kind.label)))

@@ -7,6 +7,9 @@ cancelled``: every change goes through ``transition`` (one conditional update un
 kind's ``on_state`` hook in the same transaction), so a job never leaves a final state and two workers
 never both run it. A kind's function gets a ``JobContext``: ``progress`` (0–1 and a one-line message,
 also the heartbeat the reaper reads), ``should_stop``/``stop_if_asked`` (the cancel key) and ``succeed``.
+``run_now`` runs a job in the caller's process, where a command may listen to every progress report (its
+terminal progress bar) and take what the kind hands over (``JobContext.hand_over``: its summary, or the
+error it refused its input with) to print it as it always has.
 
 Faults: a worker killed mid-job leaves it ``running``; its task is redelivered (acks late) and the
 redelivery ends it ``failed`` with ``WORKER_LOST``, and ``reap`` (beat, every minute) ends what no
@@ -19,9 +22,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 from billiard.exceptions import SoftTimeLimitExceeded
@@ -56,12 +60,25 @@ class JobCancelled(Exception):
 
 
 class JobFailed(Exception):
-    """A job's own failure, worded for its users: ``code`` (``EPANET_110``, ``PERMISSION_REVOKED``, …)."""
+    """A job's own failure, worded for its users: ``code`` (``EPANET_110``, ``PERMISSION_REVOKED``, …)
+    and a sentence. A kind that counted its input before refusing it (an import) also gives what the
+    failed job keeps: ``rows`` read, ``rejects`` and the first ``reject_lines``."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        rows: int | None = None,
+        rejects: int = 0,
+        reject_lines: list[str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.rows = rows
+        self.rejects = rejects
+        self.reject_lines = list(reject_lines or [])
 
 
 class NotCancellable(Exception):
@@ -98,9 +115,17 @@ def transition(job_id: int, status: str, *, only_from: frozenset[str] | None = N
     return True
 
 
+class ProgressListener(Protocol):
+    """Hears every ``JobContext.progress`` call of a job run in its process (``run_now``), unthrottled:
+    the fraction, the message and the figures the kind counted (``samples=…, rejects=…``)."""
+
+    def __call__(self, fraction: float, message: str, /, **counts: int) -> None: ...
+
+
 @dataclass
 class JobContext:
-    """What a kind's function gets: its job, progress, the cancel check and ``succeed``."""
+    """What a kind's function gets: its job, progress, the cancel check and ``succeed``; in ``run_now``,
+    also its caller's ``listener`` and ``receiver`` (``hand_over``)."""
 
     job: Job
     done: bool = False
@@ -108,11 +133,16 @@ class JobContext:
     _polled: float = 0.0
     _stop: bool = False
     detail: dict[str, Any] = field(default_factory=dict)
+    listener: ProgressListener | None = None
+    receiver: Callable[[object], None] | None = None
 
-    def progress(self, fraction: float, message: str = "") -> None:
+    def progress(self, fraction: float, message: str = "", **counts: int) -> None:
         """Report ``fraction`` (0–1) done with a one-line ``message``; also the job's heartbeat. Written at
         most every ``PROGRESS_EVERY_S``, except a new message (a new phase: a long solve is not shown under
-        the phase before it) and the end."""
+        the phase before it) and the end. An in-process ``listener`` hears every call, with ``counts``
+        (never written)."""
+        if self.listener is not None:
+            self.listener(min(max(float(fraction), 0.0), 1.0), message, **counts)
         now = time.monotonic()
         new_phase = bool(message) and message[:200] != self.job.status_message
         if now - self._written < PROGRESS_EVERY_S and fraction < 1.0 and not new_phase:
@@ -143,6 +173,12 @@ class JobContext:
     def stop_if_asked(self) -> None:
         if self.should_stop():
             raise JobCancelled(f"Cancelled while it ran; {NOTHING_WRITTEN}.")
+
+    def hand_over(self, value: object) -> None:
+        """Give ``value`` to the caller of ``run_now`` (a command prints an import's own summary, or the
+        error it refused the file with, as it did before it ran on the runner); a no-op on a worker."""
+        if self.receiver is not None:
+            self.receiver(value)
 
     def succeed(self, *, rows: int | None = None, detail: dict[str, Any] | None = None, message: str = "") -> bool:
         """End the job ``succeeded`` (call it inside the transaction that writes the job's results)."""
@@ -191,8 +227,14 @@ def enqueue(job: Job, *, soft_limit_s: int | None = None, hard_limit_s: int | No
     return job
 
 
-def run_job(job_id: int) -> dict[str, Any]:
-    """Run job ``job_id`` by its kind (the Celery task's body, and ``run_now``'s)."""
+def run_job(
+    job_id: int,
+    *,
+    on_progress: ProgressListener | None = None,
+    on_result: Callable[[object], None] | None = None,
+) -> dict[str, Any]:
+    """Run job ``job_id`` by its kind (the Celery task's body, and ``run_now``'s, which passes its
+    in-process ``on_progress`` listener and ``on_result`` receiver to the kind's ``JobContext``)."""
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return {"status": "missing"}
@@ -218,7 +260,7 @@ def run_job(job_id: int) -> dict[str, Any]:
     if not started:
         return {"status": Job.objects.get(pk=job.pk).status}
     job.refresh_from_db()
-    ctx = JobContext(job)
+    ctx = JobContext(job, listener=on_progress, receiver=on_result)
     outcome: dict[str, Any]
     try:
         spec = kind_spec(job.kind)
@@ -231,7 +273,10 @@ def run_job(job_id: int) -> dict[str, Any]:
         transition(job.pk, JobStatus.CANCELLED, message=str(exc), status_message="Cancelled.")
         outcome = {"status": JobStatus.CANCELLED}
     except JobFailed as exc:
-        transition(job.pk, JobStatus.FAILED, error_code=exc.code[:32], message=exc.message[:2000])
+        transition(
+            job.pk, JobStatus.FAILED, error_code=exc.code[:32], message=exc.message[:2000],
+            rows=exc.rows, rejects=exc.rejects, reject_lines=exc.reject_lines[:20],
+        )  # fmt: skip
         outcome = {"status": JobStatus.FAILED, "code": exc.code}
     except SoftTimeLimitExceeded:
         _fail(job, "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s or '?'} s) and was stopped")
@@ -252,9 +297,16 @@ def _fail(job: Job, code: str, sentence: str) -> None:
     transition(job.pk, JobStatus.FAILED, error_code=code, message=f"{sentence}; {NOTHING_WRITTEN}.")
 
 
-def run_now(job: Job) -> Job:
-    """Run ``job`` in this process, now (commands' ``--sync``): the same runner as a worker's."""
-    run_job(job.pk)
+def run_now(
+    job: Job,
+    *,
+    on_progress: ProgressListener | None = None,
+    on_result: Callable[[object], None] | None = None,
+) -> Job:
+    """Run ``job`` in this process, now (commands' ``--sync``, the imports): the same runner as a
+    worker's. ``on_progress`` hears every progress report (a terminal's progress bar); ``on_result``
+    gets what the kind hands over (``JobContext.hand_over``)."""
+    run_job(job.pk, on_progress=on_progress, on_result=on_result)
     job.refresh_from_db()
     return job
 

@@ -1,5 +1,6 @@
-"""State changes of import and simulation jobs (``queries.models.jobs``): one function each, called by
-the commands and Celery tasks that do the work. They write through their own autocommit statements, so
+"""State changes of the jobs that do not run on the job runner (``queries.jobrunner``): the network and
+GIS imports and the rolling baseline record theirs here, one function each (a queued job for the runner
+is recorded with ``job_started(queued=True)``). They write through their own autocommit statements, so
 a job whose work rolled back is still recorded as failed."""
 
 from __future__ import annotations
@@ -36,13 +37,6 @@ def job_started(
         task_id=task_id,
         dry_run=dry_run,
     )
-
-
-def job_running(job: Job, *, progress: float | None = None) -> None:
-    fields: dict[str, Any] = {"status": JobStatus.RUNNING, "progress": progress}
-    if job.started_at is None:
-        job.started_at = fields["started_at"] = datetime.now(UTC)
-    Job.objects.filter(pk=job.pk).update(**fields)
 
 
 def job_finished(

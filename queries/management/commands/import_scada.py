@@ -1,6 +1,7 @@
 """``manage.py import_scada FILE --project SLUG [--timezone ZONE] [--format long|wide] [--dry-run]
 [--max-rejects N] [--json]``: SCADA history from a historian export (CSV, CSV.gz or Parquet); the rules
-are in ``queries.importer.scada_readings``."""
+are in ``queries.importer.scada_readings``. It runs as a ``scada_import`` job of the job runner, in this
+process (``queries.services.scada_jobs``)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
 from queries.importer.scada_devices import ScadaImportError
-from queries.importer.scada_readings import RejectedFile, import_scada
-from queries.services.jobs import job_failed, job_finished, job_started
+from queries.importer.scada_readings import ReadingImportSummary, RejectedFile
+from queries.jobrunner.runner import run_now
+from queries.models.jobs import JobKind, JobStatus
+from queries.services.scada_jobs import scada_job
 
 
 class ProgressBar:
@@ -60,33 +63,28 @@ class Command(BaseCommand):
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
         path = Path(options["file"])
         bar = ProgressBar(sys.stderr, enabled=not options["json"] and sys.stderr.isatty())
-        job = job_started(
-            project=project, kind="scada_import", subject=path.name, started_by="manage.py", dry_run=options["dry_run"]
-        )
-        try:
-            summary = import_scada(
-                project=project,
-                path=path,
-                timezone=options["timezone"],
-                fmt=options["format"],
-                dry_run=options["dry_run"],
-                max_rejects=options["max_rejects"],
-                progress=bar,
-            )
-        except RejectedFile as exc:
-            bar.done()
-            job_failed(job, str(exc).splitlines()[0], rows=exc.summary.samples, rejects=exc.summary.rejects,
-                       reject_lines=exc.summary.reject_lines)  # fmt: skip
-            if options["json"]:
-                self.stdout.write(json.dumps({**exc.summary.as_dict(), "refused": True}))
-            raise CommandError(str(exc)) from exc
-        except ScadaImportError as exc:
-            bar.done()
-            job_failed(job, str(exc).splitlines()[0])
-            raise CommandError(str(exc)) from exc
+
+        def listen(fraction: float, message: str, /, **counts: int) -> None:
+            if "samples" in counts:
+                bar(counts["samples"], counts.get("rejects", 0))
+
+        job = scada_job(
+            project=project, kind=JobKind.SCADA_IMPORT, path=path, dry_run=options["dry_run"],
+            timezone=options["timezone"], format=options["format"], max_rejects=options["max_rejects"],
+        )  # fmt: skip
+        handed: list[object] = []
+        job = run_now(job, on_progress=listen, on_result=handed.append)
         bar.done()
-        job_finished(job, rows=summary.slots, rejects=summary.rejects, reject_lines=summary.reject_lines,
-                     detail=summary.as_dict())  # fmt: skip
+        result = handed[-1] if handed else None
+        if isinstance(result, RejectedFile):
+            if options["json"]:
+                self.stdout.write(json.dumps({**result.summary.as_dict(), "refused": True}))
+            raise CommandError(str(result)) from result
+        if isinstance(result, ScadaImportError):
+            raise CommandError(str(result)) from result
+        if job.status != JobStatus.SUCCEEDED or not isinstance(result, ReadingImportSummary):
+            raise CommandError(f"{path.name}: {job.message}")  # cancelled, or stopped on an internal error
+        summary = result
         if options["json"]:
             self.stdout.write(json.dumps(summary.as_dict()))
             return

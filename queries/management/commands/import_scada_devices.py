@@ -1,5 +1,6 @@
 """``manage.py import_scada_devices FILE.csv --project SLUG [--crs EPSG:NNNN]``: a project's SCADA
-devices from a CSV file (``queries.importer.scada_devices`` describes the columns)."""
+devices from a CSV file (``queries.importer.scada_devices`` describes the columns), as a ``scada_devices``
+job of the job runner run in this process (``queries.services.scada_jobs``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from contexts.models import Project
-from queries.importer.scada_devices import ScadaImportError, import_scada_devices
-from queries.services.jobs import job_failed, job_finished, job_started
+from queries.importer.scada_devices import DeviceImportSummary, ScadaImportError
+from queries.jobrunner.runner import run_now
+from queries.models.jobs import JobKind, JobStatus
+from queries.services.scada_jobs import scada_job
 
 
 class Command(BaseCommand):
@@ -29,14 +32,14 @@ class Command(BaseCommand):
         if project is None:
             raise CommandError(f"unknown project {options['project']!r} (create it first)")
         path = Path(options["file"])
-        job = job_started(project=project, kind="scada_devices", subject=path.name, started_by="manage.py")
-        try:
-            summary = import_scada_devices(project=project, path=path, crs=options["crs"])
-        except ScadaImportError as exc:
-            lines = str(exc).splitlines()
-            job_failed(job, lines[0], rejects=max(0, len(lines) - 1), reject_lines=lines[1:])
-            raise CommandError(str(exc)) from exc
-        job_finished(job, rows=summary.created + summary.updated, detail=summary.__dict__)
+        job = scada_job(project=project, kind=JobKind.SCADA_DEVICES, path=path, crs=options["crs"])
+        handed: list[object] = []
+        job = run_now(job, on_result=handed.append)
+        summary = handed[-1] if handed else None
+        if isinstance(summary, ScadaImportError):
+            raise CommandError(str(summary)) from summary
+        if job.status != JobStatus.SUCCEEDED or not isinstance(summary, DeviceImportSummary):
+            raise CommandError(f"{path.name}: {job.message}")  # cancelled, or stopped on an internal error
         self.stdout.write(
             f"devices of {project.slug}: {summary.created} created, {summary.updated} updated, "
             f"{summary.unchanged} unchanged"
