@@ -1,14 +1,12 @@
 """Demo analysis and sensor placement runs, computed for real with WNTR on the demo network.
 
-The valve isolation and demo B's daily simulation are run by the analyses' own kinds and writer (the
-runner the analyses app registers, ``queries.demo.seeders.demo_runner``) on the demo's model version, so
-that the demo's runs and a utility's cannot drift apart:
+The burst, the valve isolation and demo B's daily simulation are run by the analyses' own kinds and
+writer (the runner the analyses app registers, ``queries.demo.seeders.demo_runner``) on the demo's model
+version, starting from the demo's stored baseline at their start, so that the demo's runs and a utility's
+cannot drift apart:
 
-* burst: a main break modelled the classic EPANET way — a burst node with an emitter (pressure-
-  dependent outflow) hung off a junction through a short pipe that a time control opens at the burst
-  time; the scenario's node/link series are stored for a 12-hour window. Not yet the burst kind's run:
-  the kind starts its window from the model's initial state (the .inp's tank levels), while the demo's
-  SCADA near the burst reads a burst eight hours into the day's baseline;
+* burst: LINK-1523 bursts at 2026-11-01T08:00Z (R-DEMO-1), an emitter a quarter along the pipe, for the
+  10 hours until it is isolated and repaired;
 * valve isolation: the segment of the burst pipe with a strategic valve layer (WNTR
   ``generate_valve_layer``), the layer the demo's GIS also exports as a valve layer;
 * a failed run: a what-if simulation EPANET refuses, with EPANET's own error code;
@@ -18,9 +16,7 @@ that the demo's runs and a utility's cannot drift apart:
 
 from __future__ import annotations
 
-import copy as _copy
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,38 +26,23 @@ import networkx as nx
 import numpy as np
 import pandas as pd
 import wntr
-from wntr.network import LinkStatus, WaterNetworkModel
-from wntr.network.controls import Control, ControlAction, SimTimeCondition
-from wntr.sim.results import SimulationResults
+from wntr.network import WaterNetworkModel
 
 from queries.demo.seeders import demo_runner
-from queries.importer.copy import copy_lines
-from queries.importer.epanet import (
-    LINK_SERIES_COLUMNS,
-    NODE_SERIES_COLUMNS,
-    link_series_lines,
-    node_series_lines,
-    with_leak_column,
-)
 from queries.models import (
-    AnalysisLinkSeries,
-    AnalysisNodeSeries,
-    AnalysisResult,
     AnalysisRun,
     SensorPlacementRun,
 )
 from queries.runs.engine import EngineFailure, run_epanet
-from queries.units import Q_EMITTER, Q_FLOW, Q_PRESSURE, Q_VOLUME, Shown, shown
+from queries.units import Q_EMITTER, Shown, shown
 
 if TYPE_CHECKING:
     from contexts.models import Project
     from queries.models import NetworkSource
 
-BURST_NODE, BURST_LINK = "BURST-NODE", "BURST-LINK"
-
-
-def _refs(element_type: str, ids: Sequence[str]) -> list[dict[str, str]]:
-    return [{"element_type": element_type, "element_id": i} for i in ids]
+#: The demo's burst point, as a fraction of LINK-1523 from its start node: nearer JUNCTION-1304 (the pipe's
+#: start), where the burst's flow is stored and the demo's transmitters are placed.
+BURST_POSITION = 0.25
 
 
 @dataclass
@@ -73,133 +54,30 @@ class BurstOutcome:
 
 def burst_run(
     *,
-    project_id: int,
-    inp_path: Path,
+    project: Project,
+    wn: WaterNetworkModel,
+    version: NetworkSource,
     pipe_id: str,
     start: datetime,
-    burst_hour: float,
-    window: tuple[float, float],
-    step_minutes: int,
-    emitter_coefficient: float,
+    duration_minutes: int,
+    emitter_coefficient_si: float,
     run_id: str,
     created_at: datetime,
-    unit_system: str = "SI",
 ) -> BurstOutcome:
-    """Simulate a burst at the start node of ``pipe_id`` and store the run, its results (in
-    ``unit_system``, the project's) and its series."""
-    wn = WaterNetworkModel(str(inp_path))
+    """The demo's main break, run by the burst analysis itself (``run_burst_analysis``'s kind) from
+    ``start`` for ``duration_minutes``, starting from the demo's stored baseline at ``start``; the size is
+    given in SI (m³/s per m^0.5) and submitted in the project's units."""
+    params = {
+        "pipe_id": pipe_id, "position": BURST_POSITION, "start": start.isoformat().replace("+00:00", "Z"),
+        "duration_minutes": duration_minutes,
+        "emitter_coefficient": _shown(Q_EMITTER, project.unit_system)(emitter_coefficient_si),
+    }  # fmt: skip
     pipe = wn.get_link(pipe_id)
-    node_id = pipe.start_node_name
-    node = wn.get_node(node_id)
-    step = step_minutes * 60
-    wn.options.time.duration = int(window[1] * 3600)
-    wn.options.time.hydraulic_timestep = step
-    wn.options.time.report_timestep = step
-    wn.add_junction(BURST_NODE, base_demand=0.0, elevation=node.elevation, coordinates=node.coordinates)
-    wn.get_node(BURST_NODE).emitter_coefficient = emitter_coefficient
-    wn.add_pipe(BURST_LINK, node_id, BURST_NODE, length=1.0, diameter=pipe.diameter, roughness=120.0,
-                initial_status="CLOSED")  # fmt: skip
-    opening = ControlAction(wn.get_link(BURST_LINK), "status", LinkStatus.Open)
-    wn.add_control("burst-opens", Control(SimTimeCondition(wn, "=", int(burst_hour * 3600)), opening))
-    results = run_epanet(wn)
-
-    base_wn = WaterNetworkModel(str(inp_path))
-    base_wn.options.time.duration = int(window[1] * 3600)
-    base_wn.options.time.hydraulic_timestep = step
-    base_wn.options.time.report_timestep = step
-    baseline = run_epanet(base_wn)
-
-    t0, t1 = int(window[0] * 3600), int(window[1] * 3600)
-    leak = results.node["demand"][BURST_NODE]
-    leak_after = leak[leak.index >= burst_hour * 3600]
-    pressure_drop = baseline.node["pressure"] - results.node["pressure"][baseline.node["pressure"].columns]
-    at_peak = pressure_drop.loc[int(burst_hour * 3600) + 2 * step].drop(labels=[], errors="ignore")
-    junction_drop = at_peak[list(base_wn.junction_name_list)].sort_values(ascending=False)
-    affected = junction_drop[junction_drop > 1.0]
-    lost_m3 = float(np.trapezoid(leak_after.to_numpy(dtype=float), leak_after.index.to_numpy(dtype=float)))
-    peak = float(leak_after.max())
-    during = baseline.node["demand"].loc[int(burst_hour * 3600) : t1, list(affected.index)]
-    demand_affected = float(during.mean().sum()) if len(affected) else 0.0
-    flow, volume, pressure, emitter = (_shown(q, unit_system) for q in (Q_FLOW, Q_VOLUME, Q_PRESSURE, Q_EMITTER))
-
-    run = AnalysisRun.objects.create(
-        project_id=project_id,
-        run_id=run_id,
-        kind="burst",
-        status="succeeded",
-        title=f"Main break at {node_id} ({pipe_id})",
-        parameters={
-            "pipe_id": pipe_id,
-            "node_id": node_id,
-            "burst_time": (start + timedelta(hours=burst_hour)).isoformat(),
-            "emitter_coefficient": emitter_coefficient,
-            "window_start": (start + timedelta(hours=window[0])).isoformat(),
-            "window_end": (start + timedelta(hours=window[1])).isoformat(),
-            "step_minutes": step_minutes,
-            "method": "emitter node opened by a time control (EPANET 2.2 via WNTR)",
-        },
-        created_at=created_at,
-        started_at=created_at + timedelta(seconds=5),
-        finished_at=created_at + timedelta(seconds=47),
-        summary={
-            "volume": volume(lost_m3),
-            "peak_flow": flow(peak),
-            "affected_nodes": len(affected),
-            "demand_affected": flow(demand_affected),
-            "units": {"volume": volume.label, "peak_flow": flow.label, "demand_affected": flow.label},
-        },  # fmt: skip
-    )
-    # The burst kind's result types and payloads (``analyses.kinds.burst``: list_analysis_results publishes
-    # their models), in the project's units; the burst point is the junction the burst node hangs off.
-    results_rows = [
-        AnalysisResult(run=run, sequence=1, result_type="leak", payload={
-            "node_id": node_id, "pipe_id": pipe_id, "position": 0.0, "coefficient": emitter(emitter_coefficient),
-            "coefficient_from_leak_flow": False, "peak_flow": flow(peak),
-            "mean_flow": flow(float(leak_after.mean())), "volume": volume(lost_m3),
-            "units": {"coefficient": emitter.label, "peak_flow": flow.label, "mean_flow": flow.label,
-                      "volume": volume.label},
-        }, element_refs=_refs("junction", [node_id]) + _refs("pipe", [pipe_id])),
-        AnalysisResult(run=run, sequence=2, result_type="affected_nodes", payload={
-            "nodes": [{"node_id": k, "pressure_drop": pressure(float(v))} for k, v in affected.head(50).items()],
-            "count": len(affected), "threshold": pressure(1.0),
-            "at": (start + timedelta(seconds=int(burst_hour * 3600) + 2 * step)).isoformat(),
-            "units": {"pressure_drop": pressure.label, "threshold": pressure.label},
-        }, element_refs=_refs("junction", list(affected.head(50).index))),
-        AnalysisResult(run=run, sequence=3, result_type="customers_affected", payload={
-            "demand_affected": flow(demand_affected), "junctions": len(affected),
-            "units": {"demand_affected": flow.label},
-        }),
-    ]  # fmt: skip
-    AnalysisResult.objects.bulk_create(results_rows)
-
-    # Series of the real network's elements over the window (the artificial burst node/link are
-    # reported through ``leak_demand`` at the burst junction, not as elements of their own).
-    keep_nodes: dict[str, Sequence[str]] = {
-        "junction": list(base_wn.junction_name_list),
-        "reservoir": list(base_wn.reservoir_name_list),
-        "tank": list(base_wn.tank_name_list),
-    }
-    keep_links: dict[str, Sequence[str]] = {
-        "pipe": list(base_wn.pipe_name_list),
-        "pump": list(base_wn.pump_name_list),
-        "valve": list(base_wn.valve_name_list),
-    }
-    windowed = _window(results, t0, t1)
-    node_lines = node_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_nodes)
-    leak_by_time = {
-        (start + timedelta(seconds=int(t))).isoformat(): float(v) for t, v in _window_series(leak, t0, t1).items()
-    }
-
-    copy_lines(
-        AnalysisNodeSeries._meta.db_table,
-        ["run_id", *NODE_SERIES_COLUMNS, "leak_demand"],
-        with_leak_column(node_lines, node_id, leak_by_time),
-    )
-    copy_lines(
-        AnalysisLinkSeries._meta.db_table,
-        ["run_id", *LINK_SERIES_COLUMNS],
-        link_series_lines(windowed, base_wn, start=start, head=(run.pk,), names=keep_links),
-    )
+    node_id = pipe.start_node_name if BURST_POSITION < 0.5 else pipe.end_node_name
+    run, _ = demo_runner()(
+        project=project, kind="burst", params=params, wn=wn, version=version, run_id=run_id,
+        title=f"Main break at {node_id} ({pipe_id})", created_at=created_at,
+    )  # fmt: skip
     return BurstOutcome(run=run, pipe_id=pipe_id, node_id=node_id)
 
 
@@ -208,17 +86,6 @@ def _shown(quantity: str, unit_system: str) -> Shown:
     if found is None:
         raise ValueError(f"no unit for {quantity!r} in {unit_system!r}")
     return found
-
-
-def _window_series(series: pd.Series, t0: int, t1: int) -> pd.Series:
-    return series[(series.index >= t0) & (series.index <= t1)]
-
-
-def _window(results: SimulationResults, t0: int, t1: int) -> SimulationResults:
-    out = _copy.copy(results)
-    out.node = {k: v[(v.index >= t0) & (v.index <= t1)] for k, v in results.node.items()}
-    out.link = {k: v[(v.index >= t0) & (v.index <= t1)] for k, v in results.link.items()}
-    return out
 
 
 def valve_isolation_run(

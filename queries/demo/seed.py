@@ -33,6 +33,7 @@ from contexts.models import ExecutionRequest, Membership, Principal, Project, Ta
 from queries.demo import analysis as demo_analysis
 from queries.demo import scada as demo_scada
 from queries.demo.seeders import DEMO_SEEDERS
+from queries.importer.baseline_window import align_patterns
 from queries.importer.copy import copy_rows, linestring_ewkt, point_ewkt
 from queries.importer.epanet import (
     NetworkGeometry,
@@ -168,6 +169,7 @@ def _prepare(
         slug=slug, defaults={"name": name, "timezone": timezone_name, **network_facts(wn)}
     )
     geometry = network_geometry(wn, georeferencer_for(wn, center=center, scale=scale))
+    align_patterns(wn, START, project)  # patterns on the utility's local clock, as import_network puts them
     results = simulate(wn, hours=HOURS, step_minutes=STEP_MINUTES)
     return project, _Network(project=project, inp=path, wn=wn, geometry=geometry, results=results)
 
@@ -321,8 +323,9 @@ def _burst_scenario(
     (18:00Z: in the demo's story the main is isolated and repaired then, and readings follow the
     baseline again). Only devices where it differs measurably from the baseline read it."""
     params = burst.run.parameters
-    start_s = (datetime.fromisoformat(params["burst_time"]) - START).total_seconds()
-    end_s = (datetime.fromisoformat(params["window_end"]) - START).total_seconds()
+    start_s = (datetime.fromisoformat(params["start"]) - START).total_seconds()
+    # Up to its end, not at it: at 18:00 the readings are the baseline's again (a step, not a spike).
+    end_s = start_s + 60 * int(params["duration_minutes"]) - 1
     by_quantity = {"pressure": "junction", "level": "tank", "flow": "pipe"}
     wanted = {(by_quantity[s.quantity], s.element_id) for s in specs}
     node_ids = [i for t, i in wanted if t != "pipe"]
@@ -339,7 +342,7 @@ def _burst_scenario(
         series.setdefault((etype, eid), []).append(((t - START).total_seconds(), flow))
     values = {
         key: (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
-        for key, pts in ((k, sorted(v)) for k, v in series.items())
+        for key, pts in ((k, sorted(p for p in v if p[0] <= end_s)) for k, v in series.items())
         if key in wanted
     }
     baseline = net.results  # a wntr SimulationResults (typed ``object`` on _Network)
@@ -350,16 +353,14 @@ def _analyses(net: _Network, net_b: _Network, summary: SeedSummary) -> tuple[dem
     pid = net.project.pk
     assert net.version is not None and net_b.version is not None
     outcome = demo_analysis.burst_run(
-        project_id=pid,
-        inp_path=net.inp,
+        project=net.project,
+        wn=net.wn,
+        version=net.version,
         pipe_id=BURST_PIPE,
-        start=START,
-        burst_hour=8.0,
-        window=(6.0, 18.0),
-        step_minutes=STEP_MINUTES,
-        emitter_coefficient=0.03,
+        start=START + timedelta(hours=8),
+        duration_minutes=10 * 60,  # until 18:00Z, when the main is isolated and repaired
+        emitter_coefficient_si=0.03,
         run_id="burst-20261101-0800",
-        unit_system=net.project.unit_system,
         created_at=START + timedelta(hours=8, minutes=20),
     )
     _, valve_layer = demo_analysis.valve_isolation_run(

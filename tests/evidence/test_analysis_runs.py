@@ -99,7 +99,7 @@ def test_a_read_of_a_computed_run_is_saved_once_with_its_model_version_and_input
         ),
     ],
 )  # fmt: skip
-def test_a_read_of_the_demos_run_links_it_with_no_model_version(
+def test_a_read_of_the_demos_run_links_it_with_its_model_version(
     tool: str, arguments: dict[str, Any], world: EvidenceWorld, fresh: Investigation
 ) -> None:
     scope = world.bind("task_execution", investigation=fresh)
@@ -107,7 +107,9 @@ def test_a_read_of_the_demos_run_links_it_with_no_model_version(
     demo_run = AnalysisRun.objects.get(project=world.demo, run_id=DEMO_BURST)
     [snapshot] = saved(fresh)
     assert snapshot["analysis_run_id"] == demo_run.pk  # the run of the call's own project
-    assert snapshot["model_version_id"] is None and snapshot["input_sha256"] is None
+    # The demo's burst is the burst kind's own run on the demo's model version 1.
+    assert snapshot["model_version_id"] == demo_run.model_version_id is not None
+    assert snapshot["input_sha256"] == demo_run.input_sha256 and len(demo_run.input_sha256) == 64
 
 
 def test_other_reads_link_no_run_and_an_unknown_run_saves_nothing(world: EvidenceWorld, fresh: Investigation) -> None:

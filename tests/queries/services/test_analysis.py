@@ -169,7 +169,7 @@ def test_query_analysis_series_returns_the_run_values(demo_call: Call) -> None:
         run__run_id=BURST, run__project__slug=DEMO, element_id="LINK-1523",
         time__gte=datetime(2026, 11, 1, 7, tzinfo=UTC), time__lt=datetime(2026, 11, 1, 9, tzinfo=UTC),
     ).order_by("time")  # fmt: skip
-    assert flows == [{"time": iso(r.time), "value": r.flow} for r in stored_flows] and len(flows) == 8
+    assert flows == [{"time": iso(r.time), "value": r.flow} for r in stored_flows] and len(flows) == 4  # from 08:00
 
 
 def test_query_analysis_series_limits_and_refusals(demo_call: Call) -> None:
@@ -214,7 +214,7 @@ def test_outside_the_run_window_is_an_explained_gap(demo_call: Call) -> None:
     result = structured(demo_call("query_analysis_series", args))
     assert result["data"]["points"] == []
     [gap] = result["data_gaps"]
-    assert "06:00Z to 2026-11-01T18:00Z" in gap["reason"]
+    assert "08:00Z to 2026-11-01T18:00Z" in gap["reason"]
     late = {"run_id": BURST, "element_type": "tank", "field": "pressure", "time": "2026-11-01T18:05:00Z"}
     after = structured(demo_call("query_analysis_values", late))
     assert (after["data"]["items"], after["data"]["time"], len(after["data_gaps"])) == ([], None, 1)
@@ -274,13 +274,18 @@ def test_a_run_reports_the_model_version_engine_and_input_hash(demo_call: Call, 
     from queries.runs.cost import engine_version
     from queries.runs.inputs import input_sha256
 
+    # The demo's burst is the burst kind's run on the demo's model version 1; its failed what-if was no
+    # kind's run, and claims no version, engine or input hash.
     seeded = structured(demo_call("get_analysis_run", {"run_id": BURST}))["data"]  # checked against its schema
-    assert (seeded["model_version"], seeded["engine"], seeded["input_sha256"], seeded["progress"]) == (
+    assert (seeded["model_version"]["version"], seeded["model_version"]["file_name"]) == (1, "Net6.inp")
+    assert seeded["engine"] == engine_version() and len(seeded["input_sha256"]) == 64
+    failed = structured(demo_call("get_analysis_run", {"run_id": FAILED}))["data"]
+    assert (failed["model_version"], failed["engine"], failed["input_sha256"], failed["progress"]) == (
         None,
         None,
         None,
         None,
-    )  # fmt: skip  — no engine computed the demo's seeded runs, and none is claimed
+    )  # fmt: skip
     project = Project.objects.get(slug=DEMO)
     version = NetworkSource.objects.create(project=project, version=7, file_name="net.inp", inp_text="[END]\n",
                                            sha256="c" * 64)  # fmt: skip
