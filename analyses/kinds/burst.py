@@ -160,6 +160,7 @@ class BurstKind(AnalysisKind):
         try:
             result = burst(wn, pipe_id=si["pipe_id"], hours=duration_s / 3600, position=float(si["position"]),
                            step_s=window_step(duration_s, STEP_S), coefficient=si.get("emitter_coefficient"),
+                           in_place=True,
                            leak_flow=si.get("leak_flow"),
                            pressure_drop_threshold=float(si["pressure_drop_threshold"]))  # fmt: skip
         except BurstError as exc:

@@ -174,7 +174,7 @@ class ContaminantKind(AnalysisKind):
         step, quality_step = self._steps(si)
         progress(0.1, f"Simulating the injection at {len(si['injection_node_ids'])} node(s).")
         try:
-            result = contaminant(wn, injection_node_ids=list(si["injection_node_ids"]),
+            result = contaminant(wn, in_place=True, injection_node_ids=list(si["injection_node_ids"]),
                                  injection_minutes=int(si["injection_minutes"]), hours=int(si["duration_minutes"]) / 60,
                                  threshold=float(si["threshold"]), concentration=si.get("concentration"),
                                  mass_rate=si.get("mass_rate"), step_s=step, quality_step_s=quality_step)  # fmt: skip

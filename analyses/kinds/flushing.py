@@ -165,7 +165,7 @@ class FlushingKind(AnalysisKind):
         progress(0.1, f"Simulating {len(hydrants)} open hydrant(s) and the baseline.")
         try:
             result = flushing(wn, hydrants=hydrants, hours=duration_s / 3600, step_s=window_step(duration_s, STEP_S),
-                              target_velocity=float(si["target_velocity"]))  # fmt: skip
+                              target_velocity=float(si["target_velocity"]), in_place=True)  # fmt: skip
         except FlushingError as exc:
             raise refuse("hydrant_node_ids" if "hydrant" in str(exc) else "parameters", f"{exc}.") from None
         progress(0.9, "Summarising the flushing.")

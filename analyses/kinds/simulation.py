@@ -269,6 +269,7 @@ class SimulationKind(AnalysisKind):
         try:
             result = what_if(wn, changes=changes, hours=duration_s / 3600, threshold=float(si["pressure_threshold"]),
                              step_s=window_step(duration_s, STEP_S), demand_model=str(si["demand_model"]),
+                             in_place=True,
                              required_pressure=si.get("required_pressure"),
                              minimum_pressure=si.get("minimum_pressure"))  # fmt: skip
         except SimulationError as exc:

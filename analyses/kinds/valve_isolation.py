@@ -237,7 +237,7 @@ class ValveIsolationKind(AnalysisKind):
         duration_s = int(check["duration_minutes"]) * 60
         initial = begin(wn, start, project)
         closed = sorted({*result.pipes, *(link for _, link, _ in result.valves_to_close)})
-        sim = what_if(wn, changes=[Change(LINK_STATUS, link, status="closed") for link in closed],
+        sim = what_if(wn, in_place=True, changes=[Change(LINK_STATUS, link, status="closed") for link in closed],
                       hours=duration_s / 3600, threshold=float(check["pressure_threshold"]),
                       step_s=window_step(duration_s, CHECK_STEP_S), demand_model="PDD",
                       required_pressure=float(check["required_pressure"]), minimum_pressure=0.0)  # fmt: skip

@@ -51,12 +51,13 @@ class BurstResult:
     baseline: SimulationResults | None = None
 
 
-def _split(wn: WaterNetworkModel, pipe_id: str, position: float) -> WaterNetworkModel:
+def _split(wn: WaterNetworkModel, pipe_id: str, position: float, *, in_place: bool = False) -> WaterNetworkModel:
     if pipe_id not in wn.pipe_name_list:
         raise BurstError(f"pipe_id {pipe_id!r} is not a pipe of the model")
     if not 0.0 < position < 1.0:
         raise BurstError(f"position must be between 0 and 1 (exclusive), not {position}")
-    split: WaterNetworkModel = wntr.morph.split_pipe(wn, pipe_id, BURST_PIPE, BURST_NODE, split_at_point=position)
+    split: WaterNetworkModel = wntr.morph.split_pipe(wn, pipe_id, BURST_PIPE, BURST_NODE, split_at_point=position,
+                                                     return_copy=not in_place)  # fmt: skip
     return split
 
 
@@ -83,15 +84,18 @@ def burst(
     coefficient: float | None = None,
     leak_flow: float | None = None,
     pressure_drop_threshold: float = 0.0,
+    in_place: bool = False,
 ) -> BurstResult:
     """The burst of ``pipe_id`` over ``hours`` from the model's start state, sized by ``coefficient``
-    (m³/s per m^0.5) or by ``leak_flow`` (m³/s at the baseline pressure), one of them."""
+    (m³/s per m^0.5) or by ``leak_flow`` (m³/s at the baseline pressure), one of them. ``in_place``: ``wn``
+    is the caller's own copy, split and solved as it is (no copy: a run's model is its own)."""
     if (coefficient is None) == (leak_flow is None):
         raise BurstError("give the burst's size as coefficient or as leak_flow, one of them")
     if hours <= 0:
         raise BurstError("duration must be more than zero")
-    split = _split(wn, pipe_id, position)
-    baseline = _run(copy.deepcopy(split), hours, step_s)
+    split = _split(wn, pipe_id, position, in_place=in_place)
+    # Solving a network leaves it as it was: the baseline and then the scenario on the same one.
+    baseline = _run(split if in_place else copy.deepcopy(split), hours, step_s)
     from_flow = coefficient is None
     if coefficient is None:
         assert leak_flow is not None
@@ -101,7 +105,7 @@ def burst(
         coefficient = leak_flow / math.sqrt(p0)
     if coefficient <= 0:
         raise BurstError("coefficient must be more than zero")
-    scenario_wn = copy.deepcopy(split)
+    scenario_wn = split if in_place else copy.deepcopy(split)
     scenario_wn.get_node(BURST_NODE).emitter_coefficient = coefficient
     scenario = _run(scenario_wn, hours, step_s)
     flow = scenario.node["demand"][BURST_NODE]

@@ -52,8 +52,10 @@ def contaminant(
     mass_rate: float | None = None,
     step_s: int = 900,
     quality_step_s: int = 300,
+    in_place: bool = False,
 ) -> ContaminantResult:
-    """Inject at ``injection_node_ids`` (1–10) for ``injection_minutes`` and follow it for ``hours``."""
+    """Inject at ``injection_node_ids`` (1–10) for ``injection_minutes`` and follow it for ``hours``;
+    ``in_place``: ``wn`` is the caller's own copy, changed as it is."""
     if not 1 <= len(injection_node_ids) <= 10:
         raise ContaminantError("injection_node_ids must name 1 to 10 nodes")
     unknown = [n for n in injection_node_ids if n not in wn.node_name_list]
@@ -67,7 +69,7 @@ def contaminant(
         raise ContaminantError(
             "the injection's strength, its minutes (within the window) and the duration must be more than zero"
         )
-    model = copy.deepcopy(wn)
+    model = wn if in_place else copy.deepcopy(wn)
     t = model.options.time
     # Reported at the quality step, so an arrival is known to within one quality step.
     t.duration, t.report_timestep, t.report_start = int(hours * 3600), quality_step_s, 0

@@ -45,15 +45,16 @@ class FlushingResult:
     baseline: SimulationResults | None = None
 
 
-def _window(wn: WaterNetworkModel, hours: float, step_s: int) -> WaterNetworkModel:
-    wn = copy.deepcopy(wn)
+def _window(wn: WaterNetworkModel, hours: float, step_s: int, *, in_place: bool = False) -> WaterNetworkModel:
+    wn = wn if in_place else copy.deepcopy(wn)
     set_window(wn, duration_s=int(hours * 3600), step_s=step_s)
     return wn
 
 
-def with_hydrants(wn: WaterNetworkModel, flows: dict[str, float]) -> WaterNetworkModel:
-    """A copy of ``wn`` with each hydrant's flow (m³/s) as an extra constant demand at its node."""
-    out = copy.deepcopy(wn)
+def with_hydrants(wn: WaterNetworkModel, flows: dict[str, float], *, in_place: bool = False) -> WaterNetworkModel:
+    """A copy of ``wn`` (``wn`` itself when ``in_place``) with each hydrant's flow (m³/s) as an extra
+    constant demand at its node."""
+    out = wn if in_place else copy.deepcopy(wn)
     if HYDRANT_PATTERN not in out.pattern_name_list:
         out.add_pattern(HYDRANT_PATTERN, [1.0])
     for node, flow in flows.items():
@@ -68,8 +69,10 @@ def flushing(
     hours: float,
     step_s: int = 900,
     target_velocity: float = DEFAULT_TARGET_VELOCITY,
+    in_place: bool = False,
 ) -> FlushingResult:
-    """Open ``hydrants`` (junction id → flow, m³/s; 1 to 10) for ``hours`` from the model's start state."""
+    """Open ``hydrants`` (junction id → flow, m³/s; 1 to 10) for ``hours`` from the model's start state;
+    ``in_place``: ``wn`` is the caller's own copy, solved as it is and then with the hydrants open."""
     if not 1 <= len(hydrants) <= 10:
         raise FlushingError("hydrant_node_ids must name 1 to 10 junctions")
     for node, flow in hydrants.items():
@@ -79,9 +82,9 @@ def flushing(
             raise FlushingError(f"the flow of hydrant {node!r} must be more than zero")
     if hours <= 0 or target_velocity <= 0:
         raise FlushingError("duration and target_velocity must be more than zero")
-    base_wn = _window(wn, hours, step_s)
-    baseline = run_epanet(base_wn)
-    scenario = run_epanet(with_hydrants(base_wn, hydrants))
+    base_wn = _window(wn, hours, step_s, in_place=in_place)
+    baseline = run_epanet(base_wn)  # solving leaves the network as it was
+    scenario = run_epanet(with_hydrants(base_wn, hydrants, in_place=in_place))
     velocity, flow = scenario.link["velocity"], scenario.link["flowrate"]
     flushed = []
     for pipe in wn.pipe_name_list:

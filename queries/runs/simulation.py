@@ -120,9 +120,12 @@ def _apply(wn: WaterNetworkModel, change: Change, index: int) -> None:
     wn.add_control(f"tjw-change-{index}", Control(SimTimeCondition(wn, "=", change.at_s), action))
 
 
-def scenario(wn: WaterNetworkModel, changes: Sequence[Change]) -> tuple[WaterNetworkModel, list[str]]:
-    """A copy of ``wn`` with ``changes`` made, and the model's controls removed to let them hold."""
-    out = copy.deepcopy(wn)
+def scenario(
+    wn: WaterNetworkModel, changes: Sequence[Change], *, in_place: bool = False
+) -> tuple[WaterNetworkModel, list[str]]:
+    """A copy of ``wn`` (``wn`` itself when ``in_place``) with ``changes`` made, and the model's controls
+    removed to let them hold."""
+    out = wn if in_place else copy.deepcopy(wn)
     changed = {c.target for c in changes if c.type in (LINK_STATUS, LINK_SETTING, PUMP)}
     removed = _remove_controls_on(out, changed)
     for index, change in enumerate(changes):
@@ -140,12 +143,13 @@ def what_if(
     demand_model: str = "DD",
     required_pressure: float | None = None,
     minimum_pressure: float | None = None,
+    in_place: bool = False,
 ) -> SimulationResult:
     """Simulate ``wn`` with ``changes`` for ``hours`` from its start state (``EngineFailure`` when EPANET
-    refuses the scenario)."""
+    refuses the scenario); ``in_place``: ``wn`` is the caller's own copy, changed as it is."""
     if hours <= 0:
         raise SimulationError("duration must be more than zero")
-    changed, removed = scenario(wn, changes)
+    changed, removed = scenario(wn, changes, in_place=in_place)
     set_window(changed, duration_s=int(hours * 3600), step_s=step_s)
     hydraulic = changed.options.hydraulic
     hydraulic.demand_model = demand_model
