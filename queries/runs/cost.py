@@ -8,7 +8,8 @@ The cost model is fitted to runs measured on this machine (``scripts/calibrate_r
 
 with E the model's nodes plus links, H the hydraulic steps of the window, Q its water-quality steps and R
 its report steps. ``d·E`` is paid once per run whatever its window: opening the run's own copy of the
-pinned model (``analyses.network.fresh``, a ``copy.deepcopy`` of the parsed network: 0.3 s of CPU on Net6),
+pinned model (``analyses.network.fresh``, unpickling the parsed network: 0.2 s of CPU on Net6, deepcopy's 0.3 s
+when the calibration of 2026-12-07 23:27Z timed it),
 timed per network by the calibration as ``open_s``. The coefficients are fitted without negative values
 (``scipy.optimize.nnls``), and the estimate is the fit times the largest under-estimate the fit made of a
 measured run (``margin``, one for each part), so a run like the measured ones is not estimated below what
