@@ -78,9 +78,7 @@ def test_bad_valves_are_reported_by_fid_and_strict_refuses(net3: Project, tmp_pa
     assert not ours.exists()
     out = _import(path, net3)
     assert "skipped feature fid 2: valve names node 'not-an-end' (NODE), which is not an end of link '10'" in out
-    assert list(ours.values_list("source_fid", "link_id", "node_id")) == [
-        ("0", "10", pipe10.start_node_name)
-    ]
+    assert list(ours.values_list("source_fid", "link_id", "node_id")) == [("0", "10", pipe10.start_node_name)]
     assert "1 isolation valves" in out
 
 
