@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from contexts.models import Project
+from contexts.models import Project, ProjectCompute
+from queries.models import AnalysisRun, Job
 from tests.support.servers import ROOT, ServerProcess, subprocess_database_url
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("demo_loaded")]
@@ -42,15 +43,16 @@ def _run(block: str, server: ServerProcess) -> subprocess.CompletedProcess[str]:
 
 def test_the_readme_has_the_blocks_this_test_knows() -> None:
     blocks = readme_blocks()
-    assert len(blocks) == 4
+    assert len(blocks) == 5
     assert "mcp_token --sub alice" in blocks[0] and "--audience tjwater-api" in blocks[1]
     assert "--crs EPSG:3089" in blocks[2] and "import_gis" in blocks[2]
     assert "run_analysis burst --project my-utility" in blocks[3]
+    assert "run_analysis valve_isolation --project tianjin-demo" in blocks[4]
 
 
 def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerProcess], django_db_blocker: Any) -> None:
     server = start_server()
-    first, rest, onboard, analysis = readme_blocks()
+    first, rest, onboard, analysis, on_demo = readme_blocks()
 
     out = _run(first, server)
     assert out.returncode == 0, out.stderr
@@ -87,6 +89,21 @@ def test_every_readme_block_runs_as_written(start_server: Callable[..., ServerPr
             cwd=ROOT, env={"PATH": "/usr/bin:/bin", "DATABASE_URL": subprocess_database_url()}, check=True,
             capture_output=True,
         )  # fmt: skip
+    # A valve isolation on the demo's own model version and valve layer; the demo is put back as it was
+    # (its analyses off, none of the block's runs left) for the tests that share it.
+    with django_db_blocker.unblock():
+        had = set(AnalysisRun.objects.filter(project__slug="tianjin-demo").values_list("pk", flat=True))
+    try:
+        ran = _run(on_demo, server)
+        assert ran.returncode == 0, ran.stderr
+        assert re.search(r"run valve-isolation-\S+ succeeded: 3 results, 0 series rows", ran.stdout), ran.stdout
+    finally:
+        with django_db_blocker.unblock():
+            added = AnalysisRun.objects.filter(project__slug="tianjin-demo").exclude(pk__in=had)
+            jobs = list(added.values_list("job_id", flat=True))
+            added.delete()
+            Job.objects.filter(pk__in=[j for j in jobs if j is not None]).delete()
+            ProjectCompute.objects.filter(project__slug="tianjin-demo").delete()
 
 
 def test_manage_py_without_configuration_is_one_clear_line() -> None:
