@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 #: Windows up to this long keep every element's series unless ``elements`` says which (issue 42 item 8).
 FULL_SERIES_HOURS = 48
+#: Seconds to write one series row (COPY, in the run's final transaction), for the run's time limits:
+#: ``make bench-analysis`` 2026-12-08 on Net6, 703,056 rows in 5.0–6.5 s and 2,094,672 in 18.4–21.2 s
+#: beside the benchmark's server (10 µs a row, the slowest of them).
+WRITE_S_PER_ROW = 1.0e-5
 
 #: Element names per element type (``junction``, ``pipe``, …).
 Names = dict[str, Sequence[str]]

@@ -25,7 +25,7 @@ from analyses import audit
 from analyses.errors import ComputeOff, CostLimit, StorageLimit
 from analyses.kinds import kinds
 from analyses.network import shared
-from analyses.storage import check_storage
+from analyses.storage import WRITE_S_PER_ROW, check_storage
 from contexts.errors import InvalidParameter, NotFound, RateLimited
 from contexts.models import Project, ProjectCompute
 from queries.errors import CapabilityGap
@@ -39,9 +39,18 @@ PER_PRINCIPAL = 2
 #: A succeeded run this recent answers the same question again (issue 42 item 5).
 SAME_RUN_WINDOW = timedelta(minutes=10)
 ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
-#: Soft limit = estimate × this, at least ``MIN_LIMIT_S``; the hard limit is ``max_run_seconds``.
+#: Soft limit = (the estimate's CPU + writing its series) × this, at least ``MIN_LIMIT_S``; the hard limit
+#: is ``max_run_seconds``.
 LIMIT_FACTOR = 3.0
 MIN_LIMIT_S = 30
+
+
+def soft_limit_s(cpu_seconds: float, series_rows: int, hard_limit_s: int) -> int:
+    """A run's soft time limit: its estimated CPU and the writing of its series rows (a run whose limit
+    left out the COPY of two million rows was stopped inside it), times ``LIMIT_FACTOR``, within
+    ``MIN_LIMIT_S`` and 5 s under the hard limit."""
+    needed = cpu_seconds + series_rows * WRITE_S_PER_ROW
+    return min(max(math.ceil(needed * LIMIT_FACTOR), MIN_LIMIT_S), max(hard_limit_s - 5, 1))
 
 
 @dataclass(frozen=True)
@@ -167,10 +176,14 @@ def _submit(
         job=job,
         principal_id=who.principal_id,
         request_key=request_key,
-        estimate={**cost.as_dict(), "series_rows": series_rows},
+        estimate={
+            **cost.as_dict(),
+            "series_rows": series_rows,
+            "write_seconds": round(series_rows * WRITE_S_PER_ROW, 2),
+        },  # fmt: skip
     )
     hard = int(compute.max_run_seconds)
-    soft = min(max(math.ceil(cost.cpu_seconds * LIMIT_FACTOR), MIN_LIMIT_S), max(hard - 5, 1))
+    soft = soft_limit_s(cost.cpu_seconds, series_rows, hard)
     if send:
         enqueue(job, soft_limit_s=soft, hard_limit_s=hard)
     else:

@@ -227,6 +227,41 @@ def enqueue(job: Job, *, soft_limit_s: int | None = None, hard_limit_s: int | No
     return job
 
 
+def usable_connection() -> None:
+    """Leave this thread's database connection fit for the job's end and for the next job. A time limit is
+    a signal raised wherever the worker is: inside a statement (psycopg then refuses the connection's next
+    one: "another command is already in progress") or inside Django's own transaction bookkeeping, which
+    it leaves "in an atomic block" with its connection closed, so that every later job of the worker is
+    refused ("Cannot open a new connection in an atomic block") — both seen by ``make bench-analysis``
+    when a run's limit struck inside its COPY. Such a connection and its transaction state are dropped;
+    the next statement opens a new connection. A caller's own open transaction is left alone."""
+    from django.db import connection
+
+    if connection.in_atomic_block and connection.closed_in_transaction:
+        connection.connection = None
+        connection.atomic_blocks = []
+        connection.savepoint_ids = []
+        connection.in_atomic_block = False
+        connection.needs_rollback = False
+        connection.closed_in_transaction = False
+        connection.commit_on_exit = True
+    elif not connection.in_atomic_block:
+        connection.close_if_unusable_or_obsolete()
+
+
+def _time_limit_struck(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling, the soft time limit (a limit that strikes inside
+    psycopg comes out as the driver's error)."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, SoftTimeLimitExceeded):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def run_job(
     job_id: int,
     *,
@@ -235,6 +270,7 @@ def run_job(
 ) -> dict[str, Any]:
     """Run job ``job_id`` by its kind (the Celery task's body, and ``run_now``'s, which passes its
     in-process ``on_progress`` listener and ``on_result`` receiver to the kind's ``JobContext``)."""
+    usable_connection()
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return {"status": "missing"}
@@ -279,14 +315,20 @@ def run_job(
         )  # fmt: skip
         outcome = {"status": JobStatus.FAILED, "code": exc.code}
     except SoftTimeLimitExceeded:
+        usable_connection()
         _fail(job, "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s or '?'} s) and was stopped")
         outcome = {"status": JobStatus.FAILED, "code": "TIME_LIMIT"}
     except MemoryError:
+        usable_connection()
         allowed = find_spec(job.kind)
         limit = f" ({allowed.memory_limit_mb} MiB)" if allowed is not None and allowed.memory_limit_mb else ""
         _fail(job, "MEMORY_LIMIT", f"The job ran out of the memory it may use{limit} and was stopped")
         outcome = {"status": JobStatus.FAILED, "code": "MEMORY_LIMIT"}
-    except Exception:
+    except Exception as exc:
+        usable_connection()
+        if _time_limit_struck(exc):
+            _fail(job, "TIME_LIMIT", f"The job ran past its time limit ({job.time_limit_s or '?'} s) and was stopped")
+            return {"status": JobStatus.FAILED, "code": "TIME_LIMIT"}
         logger.exception("job %s (%s) stopped on an internal error", job.pk, job.kind)
         _fail(job, "INTERNAL", "The job stopped on an internal error (the worker's log has it)")
         outcome = {"status": JobStatus.FAILED, "code": "INTERNAL"}

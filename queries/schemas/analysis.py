@@ -61,6 +61,8 @@ class RunCost(BaseModel):
     peak_rss_mb: float | None = Field(default=None, json_schema_extra=declared("own_unit"), description="MiB")
     wall_seconds: float | None = Field(default=None, json_schema_extra=declared("s"))
     series_rows: int | None = Field(default=None, json_schema_extra=declared("count"))
+    write_seconds: float | None = Field(default=None, json_schema_extra=declared("s"),
+                                        description="estimated: the writing of its series rows")  # fmt: skip
 
 
 class AnalysisRunDetail(AnalysisRunSummary):
