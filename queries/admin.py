@@ -192,7 +192,8 @@ class JobAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Cancel the selected jobs (they write nothing)", permissions=["cancel"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet[m.Job]) -> None:
-        """The job runner's one cancel, for every kind it runs (an import runs in its command: not here)."""
+        """The job runner's one cancel, for every kind it runs (the SCADA imports too: a readings import
+        stops at its next batch); a network or GIS import runs outside the runner, in its command: not here."""
         actor = f"operator {request.user.get_username()}"
         for job in queryset.select_related(None).only("pk", "kind", "status", "task_id").order_by("pk"):
             spec = find_spec(job.kind)

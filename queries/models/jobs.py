@@ -5,8 +5,10 @@ One row per run of ``import_network``/``import_gis``/``import_scada_devices``/``
 time window), its status, how many rows it wrote, its rejects (the count and the first lines), how long it
 took and who started it. A failed job keeps why, in a sentence (``message``); a dry run (``--dry-run``:
 checked and counted, nothing written) is marked ``dry_run`` so its rows are not mistaken for data that
-landed. Rows are written outside the job's own transaction, so a job that rolled back still shows as
-failed.
+landed. The baseline, both SCADA imports and the analyses run on the job runner (``queries.jobrunner``:
+a failure's state is written after its work rolled back, its success in the work's own transaction); the
+network and GIS imports record their rows outside their own transaction, so one that rolled back still
+shows as failed.
 """
 
 from __future__ import annotations
