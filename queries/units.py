@@ -155,6 +155,14 @@ def shown(quantity: str, *, unit_system: str, quality_type: str = "NONE", headlo
     return FACTORS.get((quantity, unit_system, "", ""))
 
 
+def unit(quantity: str, unit_system: str) -> Shown:
+    """How ``quantity`` is shown in ``unit_system`` (``ValueError`` for a system or quantity without one)."""
+    found = shown(quantity, unit_system=unit_system)
+    if found is None:
+        raise ValueError(f"no unit for {quantity!r} in unit system {unit_system!r}")
+    return found
+
+
 #: Declarations of a numeric output field's quantity (R-ONB-3), in the field's JSON Schema as
 #: ``x-quantity``: a quantity of this module (a fixed one, e.g. ``Q_FLOW``), or a kind saying where the
 #: quantity comes from, or what a unitless number is. ``tests/queries/test_units_declared.py`` walks every

@@ -24,7 +24,8 @@ from jsonschema.exceptions import ValidationError, best_match
 from pydantic import BaseModel, Field
 
 from analyses.errors import InvalidArgument
-from queries.units import Shown, declared, shown
+from queries.units import declared
+from queries.units import unit as unit  # the kinds read it from here
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -92,14 +93,6 @@ def begin(wn: WaterNetworkModel, start: datetime, project: Project) -> dict[str,
     align_patterns(wn, start, project)
     at = start_from_baseline(wn, project, start)
     return {"initial_state": "the model file's" if at is None else f"the stored baseline's at {iso_utc(at)}"}
-
-
-def unit(quantity: str, unit_system: str) -> Shown:
-    """How ``quantity`` is shown in ``unit_system`` (``ValueError`` for a system or quantity without one)."""
-    found = shown(quantity, unit_system=unit_system)
-    if found is None:
-        raise ValueError(f"no unit for {quantity!r} in unit system {unit_system!r}")
-    return found
 
 
 def to_si(value: float, quantity: str, unit_system: str) -> float:

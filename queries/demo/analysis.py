@@ -34,7 +34,7 @@ from queries.models import (
     SensorPlacementRun,
 )
 from queries.runs.engine import EngineFailure, run_epanet
-from queries.units import Q_EMITTER, Shown, shown
+from queries.units import Q_EMITTER, unit
 
 if TYPE_CHECKING:
     from contexts.models import Project
@@ -70,7 +70,7 @@ def burst_run(
     params = {
         "pipe_id": pipe_id, "position": BURST_POSITION, "start": start.isoformat().replace("+00:00", "Z"),
         "duration_minutes": duration_minutes,
-        "emitter_coefficient": _shown(Q_EMITTER, project.unit_system)(emitter_coefficient_si),
+        "emitter_coefficient": unit(Q_EMITTER, project.unit_system)(emitter_coefficient_si),
     }  # fmt: skip
     pipe = wn.get_link(pipe_id)
     node_id = pipe.start_node_name if BURST_POSITION < 0.5 else pipe.end_node_name
@@ -79,13 +79,6 @@ def burst_run(
         title=f"Main break at {node_id} ({pipe_id})", created_at=created_at,
     )  # fmt: skip
     return BurstOutcome(run=run, pipe_id=pipe_id, node_id=node_id)
-
-
-def _shown(quantity: str, unit_system: str) -> Shown:
-    found = shown(quantity, unit_system=unit_system)
-    if found is None:
-        raise ValueError(f"no unit for {quantity!r} in {unit_system!r}")
-    return found
 
 
 def valve_isolation_run(
